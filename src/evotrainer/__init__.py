@@ -1,0 +1,3 @@
+"""EvoTrainer: RL training that co-evolves the harness (reward, curriculum, recipe, diagnostics)."""
+
+__version__ = "0.1.0"

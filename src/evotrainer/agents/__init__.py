@@ -1,0 +1,16 @@
+"""Agents read a diagnosis and propose single-variable harness diffs. Chosen by the agent/ config group."""
+
+from __future__ import annotations
+
+from evotrainer.agents.base import Agent, ProposalContext
+
+
+def make_agent(agent_cfg) -> Agent:
+    if agent_cfg.name == "heuristic":
+        from evotrainer.agents.heuristic import HeuristicAgent
+
+        return HeuristicAgent()
+    raise ValueError(f"agent.name={agent_cfg.name!r} is not available; choose one of ['heuristic']")
+
+
+__all__ = ["Agent", "ProposalContext", "make_agent"]

@@ -1,0 +1,38 @@
+"""The agent interface: narrate a diagnosis, propose k single-variable candidates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from evotrainer.candidate import Proposal
+
+
+@dataclass
+class ProposalContext:
+    generation: int
+    harness_dir: Path
+    harness_id: str
+    findings: list[dict]  # diagnosis findings (diagnostics.parquet rows as dicts)
+    lineage: pd.DataFrame  # every candidate tried so far in this run (may be empty)
+    feedback: str | None = None  # human feedback from a `revise` gate, when there is one
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def signature(self) -> list[str]:
+        return sorted(f["name"] for f in self.findings if f["severity"] in ("warn", "critical"))
+
+
+class Agent(Protocol):
+    name: str
+
+    def narrate(self, context: ProposalContext) -> str:
+        """A short readable account of what the findings say."""
+        ...
+
+    def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        """Up to k candidates, each a single-variable change as a unified diff against the harness."""
+        ...

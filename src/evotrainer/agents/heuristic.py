@@ -1,0 +1,211 @@
+"""Offline agent: a deterministic catalogue of known RL interventions keyed by findings.
+
+Each intervention edits one variable of the harness and states a falsifiable hypothesis.
+Interventions whose triggers fired rank first (critical findings weigh double); the rest fill the
+remaining slots in catalogue order as exploration. An identical diff already tried from the same
+parent harness (per the lineage) is not proposed again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from evotrainer.agents.base import ProposalContext
+from evotrainer.candidate import Proposal
+from evotrainer.harness import load_recipe
+from evotrainer.runtime import diff_hash
+
+SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}
+
+
+def unified_diff(name: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{name}", tofile=f"b/{name}"
+    )
+    return "".join(lines)
+
+
+def _format(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.2e}" if (value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e4)) else repr(round(value, 6))
+    return str(value)
+
+
+def set_recipe_values(recipe_text: str, changes: dict) -> str:
+    """Edit `key: value` lines in place, keeping comments and order."""
+    out = recipe_text
+    for key, value in changes.items():
+        pattern = re.compile(rf"^({re.escape(key)}:[ \t]*)([^#\n]*?)([ \t]*#.*)?$", re.MULTILINE)
+        if not pattern.search(out):
+            raise KeyError(key)
+        out = pattern.sub(lambda m, v=value: f"{m.group(1)}{_format(v)}{m.group(3) or ''}", out, count=1)
+    return out
+
+
+@dataclass(frozen=True)
+class Intervention:
+    name: str
+    triggers: tuple[str, ...]  # finding names that call for it
+    edit: Callable[[dict, dict], dict | None]  # (recipe, files) -> {file: new_text} or None if not applicable
+    hypothesis: str
+    success_criterion: str = "val accuracy above the control's after the same number of steps"
+
+
+def _recipe_edit(fn: Callable[[dict], dict | None]) -> Callable[[dict, dict], dict | None]:
+    def edit(recipe: dict, files: dict) -> dict | None:
+        changes = fn(recipe)
+        if not changes or all(recipe.get(k) == v for k, v in changes.items()):
+            return None
+        return {"recipe.yaml": set_recipe_values(files["recipe.yaml"], changes)}
+
+    return edit
+
+
+def _replace_in(file: str, old: str, new: str) -> Callable[[dict, dict], dict | None]:
+    def edit(recipe: dict, files: dict) -> dict | None:
+        return {file: files[file].replace(old, new, 1)} if old in files[file] else None
+
+    return edit
+
+
+_BINARY_SCORE = '"score": 1.0 if correct else 0.0'
+_FORMAT_SHAPED = '"score": 1.0 if correct else (0.0 if format_ok else -0.5)'
+_UNIFORM_CURRICULUM = "    return np.ones(len(pool), dtype=float)\n"
+_PASS_RATE_CURRICULUM = '''    weights = np.ones(len(pool), dtype=float)
+    if evidence is None or len(evidence) == 0:
+        return weights
+    # favour difficulty levels with pass rates away from 0 and 1 (they carry GRPO signal)
+    pass_rate = evidence.groupby("difficulty")["correct"].mean()
+    for level, p in pass_rate.items():
+        weights[(pool["level"] == level).to_numpy()] = 0.1 + 4 * p * (1 - p)
+    return weights
+'''
+
+CATALOGUE: tuple[Intervention, ...] = (
+    Intervention(
+        "dynamic_sampling", ("dead_group_ratio", "train_dead_group_ratio", "reward_spread"),
+        _recipe_edit(lambda r: {"dynamic_sampling": True}),
+        "If zero-variance groups are dropped and the batch refilled (DAPO dynamic sampling), every step "
+        "carries gradient signal, so val accuracy rises faster than the control's.",
+    ),
+    Intervention(
+        "lower_lr", ("entropy_trend", "reward_trend", "kl_final", "clip_fraction"),
+        _recipe_edit(lambda r: {"lr": r["lr"] * 0.5}),
+        "If the learning rate is halved, the policy stops drifting (entropy and reward trends stabilise), "
+        "so val accuracy ends higher than the control's.",
+    ),
+    Intervention(
+        "smaller_groups_more_prompts", ("all_correct_group_ratio", "dead_group_ratio"),
+        _recipe_edit(lambda r: {"group_size": r["group_size"] // 2, "prompts_per_step": r["prompts_per_step"] * 2}
+                     if r["group_size"] >= 4 else None),
+        "If each step sees twice the prompts with half the samples each (same sample budget), easy prompts "
+        "waste fewer samples and the gradient covers more of the data, so val accuracy rises.",
+    ),
+    Intervention(
+        "larger_groups_fewer_prompts", ("all_wrong_group_ratio",),
+        _recipe_edit(lambda r: {"group_size": r["group_size"] * 2, "prompts_per_step": max(1, r["prompts_per_step"] // 2)}
+                     if r["group_size"] <= 32 else None),
+        "If each prompt gets twice the samples (same sample budget), hard prompts more often get one success "
+        "to learn from, so all-wrong groups fall and val accuracy rises.",
+    ),
+    Intervention(
+        "clip_higher", ("entropy_trend",),
+        _recipe_edit(lambda r: {"clip_high": max(r["clip_high"], 0.28)}),
+        "If the upper clip is raised to 0.28 (clip-higher), low-probability tokens can grow, entropy "
+        "collapses less, and val accuracy ends higher.",
+    ),
+    Intervention(
+        "kl_penalty", ("kl_final", "length_drift"),
+        _recipe_edit(lambda r: {"kl_coef": 0.01 if r["kl_coef"] == 0 else min(1.0, r["kl_coef"] * 2)}),
+        "If a KL penalty to the parent policy is added, the policy drifts less per generation, so the "
+        "gains are kept and val accuracy does not fall.",
+    ),
+    Intervention(
+        "overlong_shaping", ("truncation_rate",),
+        _recipe_edit(lambda r: {"overlong_buffer": max(1, r["max_response_len"] // 4)} if r["overlong_buffer"] == 0 else None),
+        "If responses near the length limit are softly penalised, truncations fall and so do the format "
+        "violations they cause, so val accuracy rises.",
+    ),
+    Intervention(
+        "format_penalty", ("format_violation_rate",),
+        _replace_in("reward.py", _BINARY_SCORE, _FORMAT_SHAPED),
+        "If unparseable answers score -0.5 instead of 0, the policy learns the answer format first, so "
+        "format violations fall and val accuracy rises.",
+    ),
+    Intervention(
+        "pass_rate_curriculum", ("all_correct_group_ratio", "all_wrong_group_ratio"),
+        _replace_in("curriculum.py", _UNIFORM_CURRICULUM, _PASS_RATE_CURRICULUM),
+        "If prompts are sampled by difficulty level in proportion to p(1-p) of their pass rate, fewer groups "
+        "are dead, so val accuracy rises.",
+    ),
+    Intervention(
+        "lower_temperature", ("format_violation_rate", "truncation_rate"),
+        _recipe_edit(lambda r: {"temperature": round(max(0.5, r["temperature"] - 0.2), 3)}),
+        "If sampling temperature is lowered by 0.2, fewer malformed samples are drawn, so the gradient is "
+        "less noisy and val accuracy rises.",
+    ),
+    Intervention(
+        "higher_temperature", ("entropy_trend", "all_correct_group_ratio"),
+        _recipe_edit(lambda r: {"temperature": round(min(1.5, r["temperature"] + 0.2), 3)}),
+        "If sampling temperature is raised by 0.2, groups are more diverse, fewer are dead, and val accuracy rises.",
+    ),
+    Intervention(
+        "no_std_normalisation", (),
+        _recipe_edit(lambda r: {"norm_adv_by_std": False}),
+        "If advantages are not divided by the group std (Dr. GRPO), near-solved and near-hopeless prompts "
+        "stop dominating the update, so val accuracy rises.",
+    ),
+    Intervention(
+        "raise_lr", (),
+        _recipe_edit(lambda r: {"lr": min(1e-2, r["lr"] * 1.5)}),
+        "If the learning rate is raised by half, learning is faster within the same budget, so val accuracy rises.",
+    ),
+)
+
+
+class HeuristicAgent:
+    name = "heuristic"
+
+    def narrate(self, context: ProposalContext) -> str:
+        flagged = [f for f in context.findings if f["severity"] in ("warn", "critical")]
+        if not flagged:
+            return "No diagnostic crossed its threshold; proposals are exploratory."
+        parts = [f"{f['name']} = {f['value']:.3g} ({f['severity']}, threshold {f['threshold']})" for f in flagged]
+        return "Flagged: " + "; ".join(parts) + "."
+
+    def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        recipe = load_recipe(context.harness_dir)
+        files = {name: (context.harness_dir / name).read_text(encoding="utf-8")
+                 for name in ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")}
+        severity = {f["name"]: SEVERITY_WEIGHT.get(f["severity"], 0.0) for f in context.findings}
+        tried = self._tried(context)
+        ranked = sorted(
+            enumerate(CATALOGUE),
+            key=lambda item: (-sum(severity.get(t, 0.0) for t in item[1].triggers), item[0]),
+        )
+        proposals: list[Proposal] = []
+        for _, intervention in ranked:
+            if len(proposals) >= k:
+                break
+            new_files = intervention.edit(recipe, files)
+            if not new_files:
+                continue
+            diff = "".join(unified_diff(name, files[name], text) for name, text in new_files.items())
+            if not diff or diff_hash(diff) in tried:
+                continue
+            targeted = [t for t in intervention.triggers if severity.get(t, 0.0) > 0]
+            proposals.append(Proposal(intervention.name, intervention.hypothesis, targeted, intervention.success_criterion, diff))
+        return proposals
+
+    @staticmethod
+    def _tried(context: ProposalContext) -> set[str]:
+        lineage = context.lineage
+        if lineage is None or lineage.empty:
+            return set()
+        same_parent = lineage[lineage["parent_harness_id"] == context.harness_id]
+        return set(same_parent["diff_hash"])

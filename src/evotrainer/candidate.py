@@ -1,0 +1,138 @@
+"""Candidates: a unified diff against the parent harness, checked before anything runs it.
+
+Checks, in order, each with its failure label: the diff parses and names only harness files
+(``invalid_diff``, ``forbidden_path``); it applies strictly with ``git apply`` (no fuzz)
+(``invalid_diff``); the recipe stays inside the schema (``schema_violation`` / ``parse_error``);
+Python files parse (``syntax_error``) and import in a subprocess under a time limit, exposing the
+functions the trainer calls (``import_error`` / ``sandbox_timeout``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from evotrainer.harness import HARNESS_FILES, HarnessError, check_layout, load_recipe
+
+CONTROL = "control"
+MAX_DIFF_BYTES = 64_000
+REQUIRED_FUNCTIONS = {"reward.py": "compute_score", "curriculum.py": "prompt_weights", "diagnostics.py": "diagnose"}
+_FILE_HEADER = re.compile(r"^(---|\+\+\+) (\S+)")
+
+
+class CandidateError(ValueError):
+    def __init__(self, message: str, label: str):
+        super().__init__(message)
+        self.label = label
+
+
+@dataclass
+class Proposal:
+    """What an agent submits; proposal.json holds these fields plus the validation result."""
+
+    intervention: str
+    hypothesis: str
+    targeted_findings: list[str]
+    success_criterion: str
+    diff: str
+
+
+def touched_files(diff_text: str) -> list[str]:
+    if len(diff_text.encode("utf-8", errors="replace")) > MAX_DIFF_BYTES:
+        raise CandidateError(f"diff is larger than {MAX_DIFF_BYTES} bytes", "invalid_diff")
+    names = []
+    for line in diff_text.splitlines():
+        match = _FILE_HEADER.match(line)
+        if not match:
+            continue
+        name = match.group(2)
+        if name == "/dev/null":
+            raise CandidateError("diff creates or deletes a file; only edits of existing harness files are allowed", "forbidden_path")
+        if name.startswith(("a/", "b/")):
+            name = name[2:]
+        names.append(name)
+    if not names:
+        raise CandidateError("not a unified diff: no '--- a/<file>' / '+++ b/<file>' headers", "invalid_diff")
+    for name in names:
+        if name not in HARNESS_FILES:
+            raise CandidateError(f"diff touches '{name}', outside the harness; allowed files: {list(HARNESS_FILES)}", "forbidden_path")
+    return sorted(set(names))
+
+
+def apply_diff(harness_dir: str | Path, diff_text: str, dest: str | Path) -> Path:
+    """Copy the harness to ``dest`` and apply the diff there strictly; raises CandidateError."""
+    dest = Path(dest)
+    shutil.copytree(harness_dir, dest, dirs_exist_ok=True)
+    if diff_text.strip():
+        touched_files(diff_text)
+        patch = dest / ".candidate.diff"
+        patch.write_text(diff_text if diff_text.endswith("\n") else diff_text + "\n", encoding="utf-8")
+        try:
+            # --unidiff-zero is not passed, and git apply never fuzzes context: strict by default
+            result = subprocess.run(
+                ["git", "apply", "--verbose", "-p1", "--whitespace=nowarn", patch.name],
+                cwd=dest, capture_output=True, text=True, timeout=30,
+            )
+        finally:
+            patch.unlink(missing_ok=True)
+        if result.returncode != 0:
+            message = (result.stderr or result.stdout).strip().splitlines()
+            raise CandidateError(f"diff does not apply: {' / '.join(message[-3:])}", "invalid_diff")
+    return dest
+
+
+_IMPORT_PROBE = """
+import importlib.util, sys
+path, func = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("candidate_module", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+if not callable(getattr(module, func, None)):
+    sys.exit(f"{path} does not define a callable '{func}'")
+"""
+
+
+def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0) -> None:
+    """Raise CandidateError (with its label) if the harness breaks the contract."""
+    harness_dir = Path(harness_dir)
+    try:
+        check_layout(harness_dir)
+        load_recipe(harness_dir)
+    except HarnessError as err:
+        raise CandidateError(str(err), err.label) from err
+    for name, func in REQUIRED_FUNCTIONS.items():
+        path = harness_dir / name
+        source = path.read_bytes()
+        try:
+            ast.parse(source.decode("utf-8"), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError) as err:
+            raise CandidateError(f"{path}: does not parse: {err}", "syntax_error") from err
+        try:
+            result = subprocess.run(
+                [sys.executable, "-I", "-c", _IMPORT_PROBE, str(path), func],
+                capture_output=True, text=True, timeout=import_timeout_s,
+                cwd=tempfile.gettempdir(),
+            )
+        except subprocess.TimeoutExpired as err:
+            raise CandidateError(f"{path}: import did not finish within {import_timeout_s:.0f} s", "sandbox_timeout") from err
+        if result.returncode != 0:
+            tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise CandidateError(f"{path}: import failed: {tail}", "import_error")
+
+
+def validate(harness_dir: str | Path, diff_text: str) -> dict:
+    """Apply and check in a scratch directory; returns {"ok", "failure_label", "error", "files"}."""
+    with tempfile.TemporaryDirectory(prefix="evotrainer-candidate-") as scratch:
+        try:
+            files = touched_files(diff_text) if diff_text.strip() else []
+            applied = apply_diff(harness_dir, diff_text, Path(scratch) / "harness")
+            check_harness(applied)
+        except CandidateError as err:
+            return {"ok": False, "failure_label": err.label, "error": str(err), "files": []}
+    return {"ok": True, "failure_label": None, "error": None, "files": files}

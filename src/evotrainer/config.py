@@ -1,0 +1,194 @@
+"""Compose the Hydra config tree (conf/) once, validate it against typed dataclasses, and turn
+Snakemake's ``--config`` entries into Hydra overrides.
+
+Snakemake does not accept dots in ``--config`` keys, so nested keys are written with ``__``
+(``search__generations=5``) or passed whole (``'overrides=[search.generations=5]'``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class LevelConf:
+    operands: int = 2
+    max_value: int = 99
+    weight: float = 1.0
+
+
+@dataclass
+class TaskConf:
+    name: str = "arithmetic"
+    ops: str = "+-"
+    levels: list[LevelConf] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    seed: int = 1234
+
+
+@dataclass
+class SFTConf:
+    max_steps: int = 3000
+    batch_size: int = 64
+    lr: float = 1e-3
+    target_val_accuracy: float = 0.3
+    eval_every: int = 50
+    eval_prompts: int = 500
+
+
+@dataclass
+class PolicyConf:
+    name: str = "tiny"
+    path: str | None = None
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 256
+    max_positions: int = 64
+    sft: SFTConf = field(default_factory=SFTConf)
+
+
+@dataclass
+class TrainerConf:
+    name: str = "local"
+    device: str = "auto"
+    threads: int = 1
+
+
+@dataclass
+class RolloutConf:
+    name: str = "hf"
+    split: str = "probe"
+    eval_batch_size: int = 512
+
+
+@dataclass
+class AgentConf:
+    name: str = "heuristic"
+    max_candidates: int = 3
+
+
+@dataclass
+class HarnessConf:
+    initial: str | None = None
+
+
+@dataclass
+class SearchConf:
+    mode: str = "single"
+    generations: int = 3
+    steps_per_generation: int = 200
+    min_gain: float = 0.0
+    baseline: bool = True
+
+
+@dataclass
+class Config:
+    run: str = "default"
+    results_dir: str = "results"
+    seed: int = 0
+    task: TaskConf = field(default_factory=TaskConf)
+    policy: PolicyConf = field(default_factory=PolicyConf)
+    trainer: TrainerConf = field(default_factory=TrainerConf)
+    rollout: RolloutConf = field(default_factory=RolloutConf)
+    agent: AgentConf = field(default_factory=AgentConf)
+    harness: HarnessConf = field(default_factory=HarnessConf)
+    search: SearchConf = field(default_factory=SearchConf)
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "task.name": ("arithmetic",),
+    "policy.name": ("tiny", "hf"),
+    "trainer.name": ("local",),
+    "trainer.device": ("auto", "cpu", "cuda"),
+    "rollout.name": ("hf",),
+    "rollout.split": ("probe", "train", "val"),  # never test: the protocol guard
+    "agent.name": ("heuristic",),
+    "search.mode": ("single",),
+}
+RANGES: dict[str, tuple[float, float]] = {
+    "search.generations": (1, 1000),
+    "search.steps_per_generation": (1, 1_000_000),
+    "agent.max_candidates": (0, 64),
+    "trainer.threads": (1, 256),
+    "policy.sft.target_val_accuracy": (0.0, 1.1),
+    "policy.sft.max_steps": (0, 1_000_000),
+}
+
+
+def overrides_from_snakemake(config: dict[str, Any]) -> list[str]:
+    overrides: list[str] = []
+    for key, value in config.items():
+        if key == "overrides":
+            overrides.extend(value if isinstance(value, list) else [value])
+        else:
+            overrides.append(f"{key.replace('__', '.')}={_hydra_value(value)}")
+    return [str(o) for o in overrides]
+
+
+def _hydra_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def compose(overrides: list[str] | None = None, conf_dir: str | Path = REPO_CONF) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(f"config: {err}") from err
+    return validate(cfg)
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = OmegaConf.merge(schema, cfg)
+    except (ConfigKeyError, ValidationError) as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(f"config: bad key '{key}': {err.msg if hasattr(err, 'msg') else err}") from err
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(merged, key)
+        if value not in allowed:
+            raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of {list(allowed)}")
+    for key, (low, high) in RANGES.items():
+        value = OmegaConf.select(merged, key)
+        if not low <= value <= high:
+            raise ConfigError(f"config: '{key}' = {value} is outside [{low}, {high}]")
+    if not merged.task.levels:
+        raise ConfigError("config: 'task.levels' is empty; give at least one {operands, max_value, weight}")
+    for split in ("train", "val", "test", "probe"):
+        if merged.task.sizes.get(split, 0) <= 0:
+            raise ConfigError(f"config: 'task.sizes.{split}' must be a positive count")
+    if merged.policy.name == "hf" and not merged.policy.path:
+        raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
+    OmegaConf.set_readonly(merged, True)
+    return merged
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def load(path: str | Path) -> DictConfig:
+    """Load a resolved config written by the workflow (results/<run>/config.yaml)."""
+    return validate(OmegaConf.load(path))

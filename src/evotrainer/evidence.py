@@ -1,0 +1,101 @@
+"""The rollout evidence contract: one row per sampled response, as parquet.
+
+Any trainer (this one, verl, TRL, a script) can emit it; diagnostics read it with pandas/pyarrow.
+Reward components returned by a harness reward (dict keys other than "score") become float
+columns named ``rc_<key>``. The schema version is stored in the parquet metadata.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evotrainer.atomic import write_parquet
+
+SCHEMA_VERSION = "1.0"
+COMPONENT_PREFIX = "rc_"
+
+REQUIRED = pa.schema(
+    [
+        ("run", pa.string()),
+        ("generation", pa.int64()),
+        ("split", pa.string()),
+        ("step", pa.int64()),
+        ("prompt_id", pa.string()),
+        ("group_id", pa.string()),
+        ("sample_idx", pa.int64()),
+        ("data_source", pa.string()),
+        ("prompt", pa.string()),
+        ("response", pa.string()),
+        ("ground_truth", pa.string()),
+        ("reward", pa.float64()),
+        ("correct", pa.bool_()),
+        ("response_tokens", pa.int64()),
+        ("truncated", pa.bool_()),
+        ("finish_reason", pa.string()),
+        ("mean_logprob", pa.float64()),
+        ("policy_id", pa.string()),
+        ("harness_id", pa.string()),
+        ("seed", pa.int64()),
+        ("wall_time", pa.float64()),
+    ]
+)
+
+OPTIONAL = pa.schema(
+    [
+        ("entropy", pa.float64()),
+        ("format_ok", pa.bool_()),
+        ("difficulty", pa.int64()),
+        ("turns", pa.int64()),
+        ("tool_calls", pa.int64()),
+    ]
+)
+
+FINISH_REASONS = ("eos", "length")
+
+
+class EvidenceError(ValueError):
+    pass
+
+
+def arrow_schema_for(columns: list[str]) -> pa.Schema:
+    fields = [REQUIRED.field(name) for name in REQUIRED.names]
+    fields += [OPTIONAL.field(name) for name in OPTIONAL.names if name in columns]
+    fields += [pa.field(name, pa.float64()) for name in columns if name.startswith(COMPONENT_PREFIX)]
+    return pa.schema(fields, metadata={b"evotrainer.evidence_schema": SCHEMA_VERSION.encode()})
+
+
+def validate(frame: pd.DataFrame, where: str = "evidence") -> None:
+    missing = [name for name in REQUIRED.names if name not in frame.columns]
+    if missing:
+        raise EvidenceError(f"{where}: missing required column(s) {missing}")
+    allowed = set(REQUIRED.names) | set(OPTIONAL.names)
+    unknown = [c for c in frame.columns if c not in allowed and not c.startswith(COMPONENT_PREFIX)]
+    if unknown:
+        raise EvidenceError(f"{where}: unknown column(s) {unknown}; reward components must be named '{COMPONENT_PREFIX}<key>'")
+    bad_finish = ~frame["finish_reason"].isin(FINISH_REASONS)
+    if bad_finish.any():
+        row = int(bad_finish.to_numpy().nonzero()[0][0])
+        raise EvidenceError(f"{where}: row {row}: finish_reason {frame['finish_reason'].iloc[row]!r} not in {FINISH_REASONS}")
+
+
+def to_table(frame: pd.DataFrame, where: str = "evidence") -> pa.Table:
+    validate(frame, where)
+    schema = arrow_schema_for(list(frame.columns))
+    try:
+        return pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise EvidenceError(f"{where}: a column has the wrong type: {err}") from err
+
+
+def write(frame: pd.DataFrame, path: str | Path) -> None:
+    write_parquet(path, to_table(frame, where=str(path)))
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    frame = pq.read_table(path).to_pandas()
+    validate(frame, where=str(path))
+    return frame

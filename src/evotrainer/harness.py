@@ -1,0 +1,140 @@
+"""The harness contract: a directory with recipe.yaml, reward.py, curriculum.py, diagnostics.py.
+
+The recipe is backend-neutral and schema-checked here (types, ranges, choices) *before* any
+backend sees it, because backends accept some bad values silently (verl takes a non-numeric clip
+ratio). The training budget (steps) is not part of the recipe: it belongs to the search protocol
+so that every candidate and the baseline train for the same number of steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")
+DEFAULT_HARNESS = Path(__file__).parent / "default_harness"
+
+
+class HarnessError(ValueError):
+    """A harness file violates the contract; ``label`` is the candidate failure label."""
+
+    def __init__(self, message: str, label: str = "schema_violation"):
+        super().__init__(message)
+        self.label = label
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] | None = None
+    help: str = ""
+
+    def check(self, key: str, value: Any, where: str) -> Any:
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise HarnessError(f"{where}: '{key}' must be true or false, got {value!r}")
+            return value
+        if self.choices is not None:
+            if value not in self.choices:
+                raise HarnessError(f"{where}: '{key}' = {value!r} is not allowed; choose one of {list(self.choices)}")
+            return value
+        if isinstance(value, str) and self.kind in (int, float):
+            value = _number_or_none(value) if _number_or_none(value) is not None else value  # YAML 1.1 reads 1e-4 as a string
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise HarnessError(f"{where}: '{key}' must be a number ({self.kind.__name__}), got {value!r}")
+        if self.kind is int and not float(value).is_integer():
+            raise HarnessError(f"{where}: '{key}' must be an integer, got {value!r}")
+        value = self.kind(value)
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise HarnessError(f"{where}: '{key}' = {value} is outside its range [{self.low}, {self.high}]")
+        return value
+
+
+def _number_or_none(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+RECIPE_SCHEMA: dict[str, Field] = {
+    "lr": Field(float, 1e-7, 1e-2, help="Adam learning rate"),
+    "prompts_per_step": Field(int, 1, 1024, help="prompts per training step"),
+    "group_size": Field(int, 2, 64, help="samples per prompt (GRPO group)"),
+    "ppo_epochs": Field(int, 1, 8, help="optimisation passes over each batch"),
+    "clip_low": Field(float, 0.0, 1.0, help="PPO ratio clip below 1"),
+    "clip_high": Field(float, 0.0, 1.0, help="PPO ratio clip above 1 (clip-higher when > clip_low)"),
+    "kl_coef": Field(float, 0.0, 1.0, help="KL-to-reference loss coefficient (k3 estimator); 0 = off"),
+    "entropy_coef": Field(float, 0.0, 0.1, help="entropy bonus coefficient"),
+    "loss_agg": Field(str, choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), help="loss aggregation"),
+    "norm_adv_by_std": Field(bool, help="divide group advantages by the group std (GRPO) or not (Dr. GRPO)"),
+    "temperature": Field(float, 0.1, 2.0, help="sampling temperature"),
+    "top_p": Field(float, 0.05, 1.0, help="nucleus sampling"),
+    "max_response_len": Field(int, 1, 64, help="tokens per response; longer ones are truncated"),
+    "dynamic_sampling": Field(bool, help="drop zero-variance groups and refill the batch (DAPO)"),
+    "dynamic_sampling_max_batches": Field(int, 1, 16, help="sampling rounds per step when refilling"),
+    "overlong_buffer": Field(int, 0, 64, help="soft overlong penalty over the last N tokens; 0 = off"),
+    "overlong_penalty": Field(float, 0.0, 10.0, help="penalty at max length when overlong_buffer > 0"),
+    "grad_clip": Field(float, 0.0, 100.0, help="gradient-norm clip; 0 = off"),
+    "weight_decay": Field(float, 0.0, 1.0, help="AdamW weight decay"),
+}
+
+
+def check_recipe(recipe: Any, where: str = "recipe.yaml") -> dict[str, Any]:
+    if not isinstance(recipe, dict):
+        raise HarnessError(f"{where}: must be a mapping of knob: value, got {type(recipe).__name__}")
+    unknown = sorted(set(recipe) - set(RECIPE_SCHEMA))
+    if unknown:
+        raise HarnessError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(RECIPE_SCHEMA)}")
+    missing = sorted(set(RECIPE_SCHEMA) - set(recipe))
+    if missing:
+        raise HarnessError(f"{where}: missing key(s) {missing}")
+    return {key: RECIPE_SCHEMA[key].check(key, value, where) for key, value in recipe.items()}
+
+
+def load_recipe(harness_dir: str | Path) -> dict[str, Any]:
+    path = Path(harness_dir) / "recipe.yaml"
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise HarnessError(f"{path}: not valid YAML ({err})", label="parse_error") from err
+    return check_recipe(recipe, where=str(path))
+
+
+def load_module(harness_dir: str | Path, name: str) -> ModuleType:
+    """Import ``<harness_dir>/<name>.py`` under a module name unique to that directory."""
+    path = Path(harness_dir) / f"{name}.py"
+    unique = f"evotrainer_harness_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]}_{name}"
+    spec = importlib.util.spec_from_file_location(unique, path)
+    if spec is None or spec.loader is None:
+        raise HarnessError(f"{path}: cannot be imported", label="import_error")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[unique] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def harness_id(harness_dir: str | Path) -> str:
+    """Content hash of the harness files: equal harnesses get equal ids across runs."""
+    digest = hashlib.sha256()
+    for name in HARNESS_FILES:
+        path = Path(harness_dir) / name
+        digest.update(name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.exists() else b"<missing>")
+    return digest.hexdigest()[:12]
+
+
+def check_layout(harness_dir: str | Path) -> None:
+    harness_dir = Path(harness_dir)
+    missing = [name for name in HARNESS_FILES if not (harness_dir / name).is_file()]
+    if missing:
+        raise HarnessError(f"{harness_dir}: harness is missing {missing}; a harness needs {list(HARNESS_FILES)}")

@@ -1,0 +1,70 @@
+"""The lineage contract: one row per candidate ever backtested in a run, append-only by
+(generation, candidate_id): rerunning a generation's select replaces its rows, never duplicates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evotrainer.atomic import write_parquet
+
+VERDICTS = ("promoted", "kept", "rejected", "failed")
+FAILURE_LABELS = (
+    "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
+    "sandbox_timeout", "train_crash", "budget_exceeded", "no_gain",
+)
+
+SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("generation", pa.int64()),
+        ("candidate_id", pa.string()),
+        ("intervention", pa.string()),
+        ("parent_harness_id", pa.string()),
+        ("harness_id", pa.string()),
+        ("diff_hash", pa.string()),
+        ("diff", pa.string()),
+        ("hypothesis", pa.string()),
+        ("targeted_findings", pa.list_(pa.string())),
+        ("signature", pa.list_(pa.string())),
+        ("val_accuracy", pa.float64()),
+        ("control_val_accuracy", pa.float64()),
+        ("delta_vs_control", pa.float64()),
+        ("train_reward_final", pa.float64()),
+        ("dead_group_ratio_final", pa.float64()),
+        ("samples_generated", pa.int64()),
+        ("train_wall_s", pa.float64()),
+        ("verdict", pa.string()),
+        ("failure_label", pa.string()),
+        ("error", pa.string()),
+        ("recorded_at", pa.float64()),
+    ]
+)
+
+
+def empty() -> pd.DataFrame:
+    return SCHEMA.empty_table().to_pandas()
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        return empty()
+    return pq.read_table(path).to_pandas()
+
+
+def upsert_generation(path: str | Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """Replace the rows of this (run, generation) and write the table atomically."""
+    bad = set(rows["verdict"]) - set(VERDICTS)
+    if bad:
+        raise ValueError(f"lineage: unknown verdict(s) {sorted(bad)}; allowed {VERDICTS}")
+    current = read(path)
+    keys = set(zip(rows["run"], rows["generation"], strict=True))
+    keep = current[[(r, g) not in keys for r, g in zip(current["run"], current["generation"], strict=True)]]
+    table = pd.concat([keep, rows[SCHEMA.names]], ignore_index=True) if len(keep) else rows[SCHEMA.names]
+    table = table.sort_values(["generation", "candidate_id"], kind="stable").reset_index(drop=True)
+    write_parquet(path, pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False))
+    return table

@@ -1,0 +1,1 @@
+"""One module per workflow stage, each with one public entry ``run(...)``."""

@@ -1,0 +1,108 @@
+"""Stage `backtest`: train the parent policy under one candidate harness for the generation's budget
+and score it on val. Also used for the baseline arm (initial harness, whole budget at once).
+
+A candidate that fails validation or crashes in training still gets a metrics.json, with
+status "failed" and its failure label, so the generation goes on. metrics.json is written last:
+its presence means every other file of the backtest is complete.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from evotrainer import evidence, runtime
+from evotrainer.atomic import atomic_dir, copy_tree, read_json, write_json, write_parquet
+from evotrainer.candidate import CandidateError, apply_diff, check_harness
+from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.stages.common import config, read_split
+
+
+def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
+        evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
+        split_name: str = "val") -> None:
+    cfg = config(config_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    proposal = read_json(Path(candidate_dir) / "proposal.json") if candidate_dir else {"candidate_id": "baseline"}
+    base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"], "steps": steps}
+    validation = proposal.get("validation", {"ok": True})
+    if not validation["ok"]:
+        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": validation["failure_label"],
+                                                  "error": validation["error"]})
+        return
+    try:
+        with tempfile.TemporaryDirectory(prefix="evotrainer-harness-") as scratch:
+            diff = (Path(candidate_dir) / "harness.diff").read_text(encoding="utf-8") if candidate_dir else ""
+            applied = apply_diff(parent_harness, diff, Path(scratch) / "harness")
+            check_harness(applied)
+            copy_tree(applied, out / "harness")
+    except CandidateError as err:
+        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": err.label, "error": str(err)})
+        return
+    try:
+        metrics = _train_and_score(cfg, parent_policy, out / "harness", data_dir, evidence_path, out, generation,
+                                   steps, threads, split_name)
+    except Exception as err:  # a crash in candidate code or training fails this candidate only
+        (out / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": "train_crash",
+                                                  "error": f"{type(err).__name__}: {err}"})
+        return
+    write_json(out / "metrics.json", base | {"status": "ok", "failure_label": None, "error": None} | metrics)
+
+
+def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_path, out: Path, generation: int,
+                     steps: int, threads: int, split_name: str) -> dict:
+    device = runtime.setup_torch(threads, cfg.trainer.device)
+    import pandas as pd
+    import torch
+
+    from evotrainer.policy.tiny import load_policy, save_policy
+    from evotrainer.scoring import evidence_rows, sample_and_score
+    from evotrainer.trainer.local_grpo import train
+
+    recipe = load_recipe(harness_dir)
+    reward_fn = load_module(harness_dir, "reward").compute_score
+    pool = read_split(Path(data_dir) / "train.parquet")
+    past = evidence.read(evidence_path) if evidence_path else None
+    weights = load_module(harness_dir, "curriculum").prompt_weights(pool, past)
+    model, tokenizer = load_policy(parent_policy, device)
+    seed = cfg.seed * 1000 + generation  # same seed for every candidate of a generation: paired comparison
+    start = time.time()
+    log = train(model, tokenizer, recipe, pool, reward_fn, steps=steps, seed=seed, weights=weights)
+    train_wall = time.time() - start
+    model.eval()
+    with atomic_dir(out / "policy") as tmp:
+        save_policy(model.cpu(), tokenizer, tmp)
+    write_parquet(out / "train_log.parquet", log)
+
+    # val: greedy answers scored by the task verifier (harness reward also recorded, for the gates)
+    model.to(device)
+    val = read_split(Path(data_dir) / f"{split_name}.parquet")
+    greedy_recipe = dict(recipe, temperature=1.0, top_p=1.0)
+    frames = []
+    for start_row in range(0, len(val), cfg.rollout.eval_batch_size):
+        chunk = val.iloc[start_row : start_row + cfg.rollout.eval_batch_size]
+        repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=greedy_recipe,
+                                           reward_fn=reward_fn, greedy=True, generator=torch.Generator().manual_seed(seed))
+        frames.append(evidence_rows(repeated, batch, group_size=1, run=cfg.run, generation=generation, split=split_name,
+                                    step=steps, policy_id=runtime.policy_id(out / "policy"),
+                                    harness_id=harness_id(harness_dir), seed=seed))
+    val_frame = pd.concat(frames, ignore_index=True)
+    evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
+    tail = log.tail(max(1, len(log) // 10))
+    return {
+        f"{split_name}_accuracy": float(val_frame["correct"].mean()),
+        f"{split_name}_reward_mean": float(val_frame["reward"].mean()),
+        f"{split_name}_format_ok_rate": float(val_frame["format_ok"].mean()),
+        "train_reward_final": float(tail["reward_mean"].mean()),
+        "train_accuracy_final": float(tail["accuracy"].mean()),
+        "dead_group_ratio_final": float(tail["dead_group_ratio"].mean()),
+        "entropy_final": float(tail["entropy"].mean()),
+        "samples_generated": int(log["samples_generated"].sum()),
+        "train_wall_s": train_wall,
+        "harness_id": harness_id(harness_dir),
+        "policy_id": runtime.policy_id(out / "policy"),
+    }

@@ -1,0 +1,60 @@
+"""Stage `propose` (a Snakemake checkpoint): the agent turns the diagnosis into candidates.
+
+Writes candidates/<cid>/{harness.diff, proposal.json}; `control` (empty diff) is always there.
+Every diff is validated here; an invalid one stays in the set, marked with its failure label, so
+the lineage records it and the generation goes on without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from evotrainer import lineage
+from evotrainer.agents import ProposalContext, make_agent
+from evotrainer.atomic import atomic_dir, read_json
+from evotrainer.candidate import CONTROL, Proposal, validate
+from evotrainer.harness import harness_id
+from evotrainer.runtime import diff_hash
+from evotrainer.stages.common import config
+
+
+def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: str, out_dir: str, generation: int) -> None:
+    cfg = config(config_path)
+    diagnosis = read_json(diagnosis_json)
+    context = ProposalContext(
+        generation=generation, harness_dir=Path(harness_dir), harness_id=harness_id(harness_dir),
+        findings=diagnosis["findings"], lineage=lineage.read(lineage_path),
+    )
+    agent = make_agent(cfg.agent)
+    narrative = agent.narrate(context)
+    try:
+        proposals = agent.propose(context, cfg.agent.max_candidates)
+        agent_error = None
+    except Exception as err:  # an agent failure costs this generation its proposals, not the run
+        proposals, agent_error = [], f"{type(err).__name__}: {err}"
+    control = Proposal(CONTROL, "Control: the parent harness unchanged, trained for the same budget.", [],
+                       "reference for every other candidate", "")
+    with atomic_dir(out_dir) as tmp:
+        for index, proposal in enumerate([control, *proposals]):
+            cid = CONTROL if index == 0 else f"c{index}"
+            folder = tmp / cid
+            folder.mkdir()
+            (folder / "harness.diff").write_text(proposal.diff, encoding="utf-8")
+            record = asdict(proposal) | {
+                "candidate_id": cid,
+                "generation": generation,
+                "agent": agent.name,
+                "parent_harness_id": context.harness_id,
+                "signature": context.signature,
+                "diff_hash": diff_hash(proposal.diff),
+                "validation": validate(harness_dir, proposal.diff),
+            }
+            record.pop("diff")
+            (folder / "proposal.json").write_text(__import__("json").dumps(record, indent=2) + "\n", encoding="utf-8")
+        (tmp / "narrative.md").write_text(
+            f"# Proposals — generation {generation}\n\n{narrative}\n\n"
+            + (f"Agent error: {agent_error}\n\n" if agent_error else "")
+            + "".join(f"- `c{i}` {p.intervention}: {p.hypothesis}\n" for i, p in enumerate(proposals, 1)),
+            encoding="utf-8",
+        )

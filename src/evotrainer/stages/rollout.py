@@ -1,0 +1,31 @@
+"""Stage `rollout`: sample the generation's policy on the probe split -> rollouts.parquet (evidence)."""
+
+from __future__ import annotations
+
+from evotrainer import evidence, runtime
+from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.stages.common import config, read_split
+
+
+def run(config_path: str, policy_dir: str, harness_dir: str, prompts_path: str, out: str, generation: int,
+        threads: int = 1) -> None:
+    cfg = config(config_path)
+    device = runtime.setup_torch(threads, cfg.trainer.device)
+    import torch
+
+    from evotrainer.policy.tiny import load_policy
+    from evotrainer.scoring import evidence_rows, sample_and_score
+
+    recipe = load_recipe(harness_dir)
+    reward_fn = load_module(harness_dir, "reward").compute_score
+    model, tokenizer = load_policy(policy_dir, device)
+    model.eval()
+    prompts = read_split(prompts_path)
+    seed = cfg.seed * 1000 + generation
+    generator = torch.Generator(device=device).manual_seed(seed)
+    repeated, batch = sample_and_score(model, tokenizer, prompts, group_size=recipe["group_size"], recipe=recipe,
+                                       reward_fn=reward_fn, generator=generator)
+    frame = evidence_rows(repeated, batch, group_size=recipe["group_size"], run=cfg.run, generation=generation,
+                          split=cfg.rollout.split, step=0, policy_id=runtime.policy_id(policy_dir),
+                          harness_id=harness_id(harness_dir), seed=seed)
+    evidence.write(frame, out)

@@ -1,0 +1,81 @@
+"""Stage `select`: compare every backtest with the generation's `control` on val, promote the best
+that beats it by more than ``search.min_gain`` (else keep the control), and record every candidate
+in the run's lineage. `promote` then copies the winner into gen<g+1>/ as the next starting point."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from evotrainer import lineage
+from evotrainer.atomic import copy_tree, read_json, write_json
+from evotrainer.candidate import CONTROL
+from evotrainer.stages.common import config
+
+
+def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness_id: str, lineage_path: str,
+        out: str, generation: int) -> None:
+    cfg = config(config_path)
+    cids = sorted(p.name for p in Path(candidates_dir).iterdir() if p.is_dir())
+    proposals = {cid: read_json(Path(candidates_dir) / cid / "proposal.json") for cid in cids}
+    metrics = {cid: read_json(Path(backtest_dir) / cid / "metrics.json") for cid in cids}
+    control = metrics.get(CONTROL)
+    if control is None or control["status"] != "ok":
+        raise RuntimeError(
+            f"generation {generation}: the control backtest failed ({(control or {}).get('error')}); "
+            f"nothing can be compared. See {Path(backtest_dir) / CONTROL}"
+        )
+    control_acc = control["val_accuracy"]
+    valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL}
+    best = max(valid, key=lambda c: (valid[c]["val_accuracy"], -cids.index(c)), default=None)
+    gain = valid[best]["val_accuracy"] - control_acc if best else float("-inf")
+    promoted = best if best is not None and gain > cfg.search.min_gain else CONTROL
+
+    rows = []
+    for cid in cids:
+        m, p = metrics[cid], proposals[cid]
+        if m["status"] != "ok":
+            verdict, label = "failed", m["failure_label"]
+        elif cid == promoted:
+            verdict, label = ("kept" if cid == CONTROL else "promoted"), None
+        else:
+            verdict, label = "rejected", (None if cid == CONTROL else "no_gain")
+        acc = m.get("val_accuracy")
+        rows.append({
+            "run": cfg.run, "generation": generation, "candidate_id": cid, "intervention": p["intervention"],
+            "parent_harness_id": parent_harness_id, "harness_id": m.get("harness_id"), "diff_hash": p["diff_hash"],
+            "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8"),
+            "hypothesis": p["hypothesis"], "targeted_findings": p["targeted_findings"], "signature": p["signature"],
+            "val_accuracy": acc, "control_val_accuracy": control_acc,
+            "delta_vs_control": None if acc is None else acc - control_acc,
+            "train_reward_final": m.get("train_reward_final"), "dead_group_ratio_final": m.get("dead_group_ratio_final"),
+            "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
+            "verdict": verdict, "failure_label": label, "error": m.get("error"), "recorded_at": time.time(),
+        })
+    lineage.upsert_generation(lineage_path, pd.DataFrame(rows))
+    write_json(out, {
+        "run": cfg.run,
+        "generation": generation,
+        "promoted": promoted,
+        "intervention": proposals[promoted]["intervention"],
+        "control_val_accuracy": control_acc,
+        "promoted_val_accuracy": metrics[promoted]["val_accuracy"],
+        "gain_vs_control": metrics[promoted]["val_accuracy"] - control_acc,
+        "min_gain": cfg.search.min_gain,
+        "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain})" if promoted != CONTROL
+                   else "no candidate beat control by more than min_gain; control's policy continues"),
+        "candidates": [{k: r[k] for k in ("candidate_id", "intervention", "val_accuracy", "delta_vs_control",
+                                          "verdict", "failure_label")} for r in rows],
+    })
+
+
+def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:
+    chosen = Path(backtest_dir) / read_json(selection)["promoted"]
+    copy_tree(chosen / "policy", out_policy)
+    copy_tree(chosen / "harness", out_harness)
+    from evotrainer.atomic import atomic_path
+
+    with atomic_path(out_train_log) as tmp:
+        tmp.write_bytes((chosen / "train_log.parquet").read_bytes())

@@ -1,0 +1,228 @@
+"""Compact GRPO for one process (CPU or one GPU), driven by harness/recipe.yaml.
+
+Per step: pick prompts (curriculum weights), sample a group per prompt, score with the harness
+reward, compute group-normalised advantages, optionally drop zero-variance groups and refill
+(dynamic sampling), then optimise the clipped surrogate (separate low/high clip) with optional
+k3 KL to the frozen parent policy and an entropy bonus, aggregated per ``loss_agg``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from evotrainer.scoring import RewardFn, ScoredBatch, sample_and_score
+
+TRAIN_LOG_COLUMNS = [
+    "step", "reward_mean", "reward_std", "accuracy", "dead_group_ratio", "entropy", "kl", "clip_frac",
+    "loss", "grad_norm", "response_len_mean", "truncation_rate", "format_ok_rate", "kept_groups",
+    "sampled_groups", "samples_generated", "wall_time_s",
+]
+
+
+def group_advantages(rewards: np.ndarray, group_size: int, norm_by_std: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages per sample and a per-group 'alive' mask (reward variance > 0)."""
+    grouped = rewards.reshape(-1, group_size)
+    mean = grouped.mean(1, keepdims=True)
+    std = grouped.std(1, keepdims=True)
+    adv = grouped - mean
+    if norm_by_std:
+        adv = adv / (std + 1e-6)
+    return adv.reshape(-1), (std.squeeze(1) > 1e-6)
+
+
+def _response_logprobs(model, batch_ids, attention, response_len: int, temperature: float):
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=batch_ids, attention_mask=attention, position_ids=positions).logits
+    logits = logits[:, -response_len - 1 : -1, :].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    targets = batch_ids[:, -response_len:]
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def _aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+    if mode == "token-mean":
+        return (values * mask).sum() / mask.sum().clamp(min=1)
+    per_seq_sum = (values * mask).sum(-1)
+    if mode == "seq-mean-token-sum":
+        return per_seq_sum.mean()
+    return (per_seq_sum / mask.sum(-1).clamp(min=1)).mean()  # seq-mean-token-mean
+
+
+def _concat(batches: list[ScoredBatch], pad_id: int):
+    """Concatenate scored batches (prompt widths may differ: left-pad to the widest)."""
+    width = max(b.samples.prompt_ids.shape[1] for b in batches)
+    rlen = max(b.samples.response_ids.shape[1] for b in batches)
+    ids, masks, resp, rmask = [], [], [], []
+    for b in batches:
+        s = b.samples
+        pw = width - s.prompt_ids.shape[1]
+        rw = rlen - s.response_ids.shape[1]
+        ids.append(torch.nn.functional.pad(s.prompt_ids, (pw, 0), value=pad_id))
+        masks.append(torch.nn.functional.pad(s.prompt_mask, (pw, 0), value=0))
+        resp.append(torch.nn.functional.pad(s.response_ids, (0, rw), value=pad_id))
+        rmask.append(torch.nn.functional.pad(s.response_mask, (0, rw), value=0))
+    return torch.cat(ids), torch.cat(masks), torch.cat(resp), torch.cat(rmask)
+
+
+def train(
+    model,
+    tokenizer,
+    recipe: dict,
+    pool: pd.DataFrame,
+    reward_fn: RewardFn,
+    *,
+    steps: int,
+    seed: int,
+    weights: np.ndarray | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    show_progress: bool = True,
+) -> pd.DataFrame:
+    """Train ``model`` in place for ``steps`` GRPO steps; returns the per-step train log."""
+    device = next(model.parameters()).device
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    probs = np.ones(len(pool)) if weights is None else np.asarray(weights, dtype=float)
+    if probs.shape != (len(pool),) or (probs < 0).any() or probs.sum() <= 0:
+        raise ValueError("curriculum.prompt_weights must return one non-negative weight per pool row, not all zero")
+    probs = probs / probs.sum()
+    ref_model = copy.deepcopy(model).eval()
+    for p in ref_model.parameters():
+        p.requires_grad_(False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"], weight_decay=recipe["weight_decay"])
+    group, n_prompts = recipe["group_size"], recipe["prompts_per_step"]
+    pad_id = tokenizer.pad_token_id
+    log: list[dict] = []
+    start = time.time()
+    progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                        TextColumn("{task.fields[info]}"), disable=not show_progress)
+    with progress:
+        task = progress.add_task("train", total=steps, info="")
+        for step in range(steps):
+            model.eval()
+            kept: list[ScoredBatch] = []
+            kept_adv: list[np.ndarray] = []
+            stats = {"reward": [], "correct": [], "len": [], "trunc": [], "fmt": [], "dead": 0, "groups": 0, "samples": 0}
+            rounds = recipe["dynamic_sampling_max_batches"] if recipe["dynamic_sampling"] else 1
+            kept_groups = 0
+            for _ in range(rounds):
+                idx = rng.choice(len(pool), size=n_prompts, p=probs)
+                _, batch = sample_and_score(model, tokenizer, pool.iloc[idx], group_size=group, recipe=recipe,
+                                            reward_fn=reward_fn, generator=generator)
+                adv, alive = group_advantages(batch.rewards, group, recipe["norm_adv_by_std"])
+                stats["reward"].append(batch.rewards)
+                stats["correct"].append(batch.correct)
+                stats["len"].append(batch.samples.response_mask.sum(-1).numpy())
+                stats["trunc"].append((~batch.samples.finished).numpy())
+                stats["fmt"].append(batch.format_ok)
+                stats["dead"] += int((~alive).sum())
+                stats["groups"] += len(alive)
+                stats["samples"] += len(batch.rewards)
+                if recipe["dynamic_sampling"]:
+                    keep_groups = np.flatnonzero(alive)[: n_prompts - kept_groups]
+                    rows = (keep_groups[:, None] * group + np.arange(group)).reshape(-1)
+                    batch = _select_rows(batch, rows)
+                    adv = adv[rows]
+                    kept_groups += len(keep_groups)
+                else:
+                    kept_groups += len(alive)
+                if len(batch.rewards):
+                    kept.append(batch)
+                    kept_adv.append(adv)
+                if kept_groups >= n_prompts:
+                    break
+            metrics = _optimise(model, ref_model, optimizer, kept, kept_adv, recipe, pad_id) if kept else {}
+            rewards = np.concatenate(stats["reward"])
+            row = {
+                "step": step,
+                "reward_mean": float(rewards.mean()),
+                "reward_std": float(rewards.std()),
+                "accuracy": float(np.concatenate(stats["correct"]).mean()),
+                "dead_group_ratio": stats["dead"] / max(stats["groups"], 1),
+                "entropy": metrics.get("entropy", float("nan")),
+                "kl": metrics.get("kl", float("nan")),
+                "clip_frac": metrics.get("clip_frac", float("nan")),
+                "loss": metrics.get("loss", float("nan")),
+                "grad_norm": metrics.get("grad_norm", float("nan")),
+                "response_len_mean": float(np.concatenate(stats["len"]).mean()),
+                "truncation_rate": float(np.concatenate(stats["trunc"]).mean()),
+                "format_ok_rate": float(np.concatenate(stats["fmt"]).mean()),
+                "kept_groups": kept_groups,
+                "sampled_groups": stats["groups"],
+                "samples_generated": stats["samples"],
+                "wall_time_s": time.time() - start,
+            }
+            log.append(row)
+            if on_step:
+                on_step(row)
+            progress.update(task, advance=1, info=f"reward {row['reward_mean']:.2f} dead {row['dead_group_ratio']:.2f}")
+    return pd.DataFrame(log, columns=TRAIN_LOG_COLUMNS)
+
+
+def _select_rows(batch: ScoredBatch, rows: np.ndarray) -> ScoredBatch:
+    s = batch.samples
+    t = torch.as_tensor(rows, dtype=torch.long)
+    samples = type(s)(
+        prompt_ids=s.prompt_ids[t], prompt_mask=s.prompt_mask[t], response_ids=s.response_ids[t],
+        response_mask=s.response_mask[t], logprobs=s.logprobs[t], entropy=s.entropy[t], finished=s.finished[t],
+    )
+    return ScoredBatch(samples, [batch.responses[i] for i in rows], batch.rewards[rows],
+                       {k: v[rows] for k, v in batch.components.items()}, batch.correct[rows], batch.format_ok[rows])
+
+
+def _optimise(model, ref_model, optimizer, batches, advs, recipe, pad_id) -> dict:
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask, response_ids, response_mask = _concat(batches, pad_id)
+    ids = torch.cat([prompt_ids, response_ids], 1).to(device)
+    attention = torch.cat([prompt_mask, response_mask], 1).to(device)
+    mask = response_mask.float().to(device)
+    rlen = response_ids.shape[1]
+    adv = torch.as_tensor(np.concatenate(advs), dtype=torch.float32, device=device)[:, None]
+    temperature = recipe["temperature"]
+    with torch.no_grad():
+        ref_logp, _ = _response_logprobs(ref_model, ids, attention, rlen, temperature)
+    model.train()
+    old_logp = None
+    clipped_tokens, total_tokens, losses, kls, ents, norms = 0.0, 0.0, [], [], [], []
+    for _epoch in range(recipe["ppo_epochs"]):
+        logp, entropy = _response_logprobs(model, ids, attention, rlen, temperature)
+        if old_logp is None:
+            old_logp = logp.detach()  # on-policy: ratio is exactly 1 in the first pass
+        ratio = torch.exp(logp - old_logp)
+        clipped = ratio.clamp(1 - recipe["clip_low"], 1 + recipe["clip_high"])
+        pg = -torch.minimum(ratio * adv, clipped * adv)
+        log_ratio_ref = ref_logp - logp
+        kl = torch.exp(log_ratio_ref) - log_ratio_ref - 1
+        per_token = pg + recipe["kl_coef"] * kl - recipe["entropy_coef"] * entropy
+        loss = _aggregate(per_token, mask, recipe["loss_agg"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if recipe["grad_clip"] > 0:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
+        else:
+            norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in model.parameters() if p.grad is not None))
+        optimizer.step()
+        with torch.no_grad():
+            was_clipped = ((ratio * adv) > (clipped * adv)).float() * mask
+            clipped_tokens += float(was_clipped.sum())
+            total_tokens += float(mask.sum())
+            losses.append(float(loss))
+            kls.append(float((kl * mask).sum() / mask.sum().clamp(min=1)))
+            ents.append(float((entropy * mask).sum() / mask.sum().clamp(min=1)))
+            norms.append(float(norm))
+    return {
+        "loss": float(np.mean(losses)),
+        "kl": kls[0],
+        "entropy": ents[0],
+        "clip_frac": clipped_tokens / max(total_tokens, 1.0),
+        "grad_norm": float(np.mean(norms)),
+    }

@@ -1,0 +1,40 @@
+# One short training run per candidate from the generation's policy. metrics.json is written last;
+# the policy/, harness/, train_log.parquet and val_rollouts.parquet beside it are complete when it exists.
+rule backtest:
+    input:
+        policy=f"{R}/gen{{g}}/policy",
+        harness=f"{R}/gen{{g}}/harness",
+        candidates=f"{R}/gen{{g}}/candidates",
+        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
+        train=f"{R}/data/train.parquet",
+        val=f"{R}/data/val.parquet",
+    output:
+        metrics=f"{R}/gen{{g}}/backtest/{{cid}}/metrics.json",
+    threads: TRAIN_THREADS
+    log:
+        f"{R}/logs/gen{{g}}/backtest_{{cid}}.log",
+    shell:
+        "{EVO} backtest --config {CONF} --policy {input.policy} --harness {input.harness}"
+        " --candidate {input.candidates}/{wildcards.cid} --data-dir {R}/data --evidence {input.rollouts}"
+        " --out-dir {R}/gen{wildcards.g}/backtest/{wildcards.cid} --generation {wildcards.g} --steps {STEPS}"
+        " --threads {threads} > {log} 2>&1"
+
+
+# The fixed-recipe arm: the initial harness, unchanged, for the loop's whole training budget.
+rule baseline:
+    input:
+        policy=f"{R}/gen0/policy",
+        harness=f"{R}/gen0/harness",
+        train=f"{R}/data/train.parquet",
+        val=f"{R}/data/val.parquet",
+    output:
+        metrics=f"{R}/baseline/metrics.json",
+    threads: TRAIN_THREADS
+    log:
+        f"{R}/logs/baseline.log",
+    params:
+        steps=G * STEPS,
+    shell:
+        "{EVO} backtest --config {CONF} --policy {input.policy} --harness {input.harness}"
+        " --data-dir {R}/data --out-dir {R}/baseline --generation 0 --steps {params.steps}"
+        " --threads {threads} > {log} 2>&1"

@@ -1,0 +1,13 @@
+rule rollout:
+    input:
+        policy=f"{R}/gen{{g}}/policy",
+        harness=f"{R}/gen{{g}}/harness",
+        prompts=f"{R}/data/{CFG.rollout.split}.parquet",
+    output:
+        f"{R}/gen{{g}}/rollouts.parquet",
+    threads: TRAIN_THREADS
+    log:
+        f"{R}/logs/gen{{g}}/rollout.log",
+    shell:
+        "{EVO} rollout --config {CONF} --policy {input.policy} --harness {input.harness} --prompts {input.prompts}"
+        " --out {output} --generation {wildcards.g} --threads {threads} > {log} 2>&1"
