@@ -27,6 +27,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts should read like any other
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
@@ -41,6 +42,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp_path
+        _normalise_modes(tmp_path)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -52,6 +54,21 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+def _normalise_modes(root: Path) -> None:
+    os.chmod(root, 0o777 & ~_UMASK)
+    for path in root.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_UMASK)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -44,6 +44,10 @@ class Proposal:
 
 
 def touched_files(diff_text: str) -> list[str]:
+    try:
+        diff_text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise CandidateError(f"diff is not valid UTF-8 (byte offset {err.start})", "invalid_diff") from err
     if len(diff_text.encode("utf-8", errors="replace")) > MAX_DIFF_BYTES:
         raise CandidateError(f"diff is larger than {MAX_DIFF_BYTES} bytes", "invalid_diff")
     names = []

@@ -77,6 +77,7 @@ class RolloutConf:
 class AgentConf:
     name: str = "heuristic"
     max_candidates: int = 3
+    extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
 
 
 @dataclass

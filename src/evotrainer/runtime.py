@@ -31,4 +31,4 @@ def policy_id(policy_dir: str | Path) -> str:
 
 
 def diff_hash(diff_text: str) -> str:
-    return hashlib.sha256(diff_text.encode()).hexdigest()[:12]
+    return hashlib.sha256(diff_text.encode("utf-8", errors="surrogateescape")).hexdigest()[:12]

@@ -75,10 +75,7 @@ def sample(
         scaled = _filter_top_p(scaled, top_p)
         logp_all = torch.log_softmax(scaled, dim=-1)
         probs = logp_all.exp()
-        if greedy:
-            token = scaled.argmax(-1)
-        else:
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        token = scaled.argmax(-1) if greedy else torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         ent = -(probs * logp_all.nan_to_num(neginf=0.0)).sum(-1)
         token = torch.where(alive, token, torch.full_like(token, pad_id))
         tokens.append(token)

@@ -11,6 +11,8 @@ rule backtest:
     output:
         metrics=f"{R}/gen{{g}}/backtest/{{cid}}/metrics.json",
     threads: TRAIN_THREADS
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/backtest_{{cid}}.tsv"
     log:
         f"{R}/logs/gen{{g}}/backtest_{{cid}}.log",
     shell:
@@ -30,6 +32,8 @@ rule baseline:
     output:
         metrics=f"{R}/baseline/metrics.json",
     threads: TRAIN_THREADS
+    benchmark:
+        f"{R}/benchmarks/baseline.tsv"
     log:
         f"{R}/logs/baseline.log",
     params:

@@ -7,6 +7,8 @@ rule diagnose:
         parquet=f"{R}/gen{{g}}/diagnostics.parquet",
         json=f"{R}/gen{{g}}/diagnosis.json",
         md=f"{R}/gen{{g}}/diagnosis.md",
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/diagnose.tsv"
     log:
         f"{R}/logs/gen{{g}}/diagnose.log",
     params:

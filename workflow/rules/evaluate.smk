@@ -6,6 +6,8 @@ rule evaluate:
         metrics=f"{R}/eval/{{arm}}/test_metrics.json",
         rollouts=f"{R}/eval/{{arm}}/test_rollouts.parquet",
     threads: TRAIN_THREADS
+    benchmark:
+        f"{R}/benchmarks/evaluate_{{arm}}.tsv"
     log:
         f"{R}/logs/evaluate_{{arm}}.log",
     params:
@@ -25,6 +27,8 @@ rule summary:
     output:
         json=f"{R}/summary.json",
         md=f"{R}/summary.md",
+    benchmark:
+        f"{R}/benchmarks/summary.tsv"
     log:
         f"{R}/logs/summary.log",
     params:

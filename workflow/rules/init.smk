@@ -1,6 +1,8 @@
 rule data:
     output:
         **data_files(),
+    benchmark:
+        f"{R}/benchmarks/data.tsv"
     log:
         f"{R}/logs/data.log",
     shell:
@@ -16,6 +18,8 @@ rule init:
         sft_log=f"{R}/init/sft_log.parquet",
         metrics=f"{R}/init/metrics.json",
     threads: 2
+    benchmark:
+        f"{R}/benchmarks/init.tsv"
     log:
         f"{R}/logs/init.log",
     shell:

@@ -5,6 +5,8 @@ checkpoint propose:
         harness=f"{R}/gen{{g}}/harness",
     output:
         candidates=directory(f"{R}/gen{{g}}/candidates"),
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/propose.tsv"
     log:
         f"{R}/logs/gen{{g}}/propose.log",
     shell:

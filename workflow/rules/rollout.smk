@@ -6,6 +6,8 @@ rule rollout:
     output:
         f"{R}/gen{{g}}/rollouts.parquet",
     threads: TRAIN_THREADS
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/rollout.tsv"
     log:
         f"{R}/logs/gen{{g}}/rollout.log",
     shell:

@@ -5,6 +5,8 @@ rule select:
         metrics=backtest_metrics,
     output:
         f"{R}/gen{{g}}/selection.json",
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/select.tsv"
     log:
         f"{R}/logs/gen{{g}}/select.log",
     shell:
@@ -23,6 +25,8 @@ rule promote:
         train_log=f"{R}/gen{{g}}/parent_train_log.parquet",
     wildcard_constraints:
         g=r"[1-9]\d*",
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/promote.tsv"
     log:
         f"{R}/logs/gen{{g}}/promote.log",
     params:

@@ -43,7 +43,6 @@ def _trend(series: pd.Series) -> float:
 def diagnose(evidence: pd.DataFrame, train_log: pd.DataFrame | None, recipe: dict) -> list[dict]:
     ev = evidence
     findings = []
-    n = len(ev)
 
     # score layer
     findings.append(_finding("accuracy", "score", ev["correct"].mean(), message="share of verified-correct responses"))

@@ -35,7 +35,8 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         return
     try:
         with tempfile.TemporaryDirectory(prefix="evotrainer-harness-") as scratch:
-            diff = (Path(candidate_dir) / "harness.diff").read_text(encoding="utf-8") if candidate_dir else ""
+            diff = ((Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
+                    if candidate_dir else "")
             applied = apply_diff(parent_harness, diff, Path(scratch) / "harness")
             check_harness(applied)
             copy_tree(applied, out / "harness")
@@ -80,6 +81,7 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
 
     # val: greedy answers scored by the task verifier (harness reward also recorded, for the gates)
     model.to(device)
+    eval_start = time.time()
     val = read_split(Path(data_dir) / f"{split_name}.parquet")
     greedy_recipe = dict(recipe, temperature=1.0, top_p=1.0)
     frames = []
@@ -103,6 +105,8 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
         "entropy_final": float(tail["entropy"].mean()),
         "samples_generated": int(log["samples_generated"].sum()),
         "train_wall_s": train_wall,
+        "train_sample_s": float(log["sample_time_s"].sum()),
+        "eval_wall_s": time.time() - eval_start,
         "harness_id": harness_id(harness_dir),
         "policy_id": runtime.policy_id(out / "policy"),
     }

@@ -7,6 +7,7 @@ the lineage records it and the generation goes on without it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
         agent_error = None
     except Exception as err:  # an agent failure costs this generation its proposals, not the run
         proposals, agent_error = [], f"{type(err).__name__}: {err}"
+    proposals += user_candidates(cfg.agent.extra_candidates, context)
     control = Proposal(CONTROL, "Control: the parent harness unchanged, trained for the same budget.", [],
                        "reference for every other candidate", "")
     with atomic_dir(out_dir) as tmp:
@@ -40,7 +42,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
             cid = CONTROL if index == 0 else f"c{index}"
             folder = tmp / cid
             folder.mkdir()
-            (folder / "harness.diff").write_text(proposal.diff, encoding="utf-8")
+            (folder / "harness.diff").write_bytes(proposal.diff.encode("utf-8", errors="surrogateescape"))
             record = asdict(proposal) | {
                 "candidate_id": cid,
                 "generation": generation,
@@ -51,10 +53,35 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
                 "validation": validate(harness_dir, proposal.diff),
             }
             record.pop("diff")
-            (folder / "proposal.json").write_text(__import__("json").dumps(record, indent=2) + "\n", encoding="utf-8")
+            (folder / "proposal.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         (tmp / "narrative.md").write_text(
             f"# Proposals — generation {generation}\n\n{narrative}\n\n"
             + (f"Agent error: {agent_error}\n\n" if agent_error else "")
             + "".join(f"- `c{i}` {p.intervention}: {p.hypothesis}\n" for i, p in enumerate(proposals, 1)),
             encoding="utf-8",
         )
+
+
+def user_candidates(folder: str | None, context: ProposalContext) -> list[Proposal]:
+    """The user's own diffs, in name order; a diff already tried from this parent harness is skipped."""
+    if not folder:
+        return []
+    path = Path(folder)
+    if not path.is_dir():
+        raise FileNotFoundError(f"agent.extra_candidates: {path} is not a directory of *.diff files")
+    tried = set(context.lineage.loc[context.lineage["parent_harness_id"] == context.harness_id, "diff_hash"])
+    out = []
+    for diff_path in sorted(path.glob("*.diff")):
+        diff = diff_path.read_bytes().decode("utf-8", errors="surrogateescape")
+        if diff_hash(diff) in tried:
+            continue
+        meta_path = diff_path.with_suffix(".json")
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+        out.append(Proposal(
+            intervention=meta.get("intervention", f"user:{diff_path.stem}"),
+            hypothesis=meta.get("hypothesis", f"user-supplied diff {diff_path.name}"),
+            targeted_findings=list(meta.get("targeted_findings", [])),
+            success_criterion=meta.get("success_criterion", "val accuracy above the control's"),
+            diff=diff,
+        ))
+    return out

@@ -46,7 +46,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         rows.append({
             "run": cfg.run, "generation": generation, "candidate_id": cid, "intervention": p["intervention"],
             "parent_harness_id": parent_harness_id, "harness_id": m.get("harness_id"), "diff_hash": p["diff_hash"],
-            "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8"),
+            "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8", errors="replace"),
             "hypothesis": p["hypothesis"], "targeted_findings": p["targeted_findings"], "signature": p["signature"],
             "val_accuracy": acc, "control_val_accuracy": control_acc,
             "delta_vs_control": None if acc is None else acc - control_acc,

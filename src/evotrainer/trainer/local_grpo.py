@@ -9,6 +9,7 @@ k3 KL to the frozen parent policy and an entropy bonus, aggregated per ``loss_ag
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import Callable
 
@@ -22,7 +23,7 @@ from evotrainer.scoring import RewardFn, ScoredBatch, sample_and_score
 TRAIN_LOG_COLUMNS = [
     "step", "reward_mean", "reward_std", "accuracy", "dead_group_ratio", "entropy", "kl", "clip_frac",
     "loss", "grad_norm", "response_len_mean", "truncation_rate", "format_ok_rate", "kept_groups",
-    "sampled_groups", "samples_generated", "wall_time_s",
+    "sampled_groups", "samples_generated", "sample_time_s", "wall_time_s",
 ]
 
 
@@ -105,6 +106,7 @@ def train(
     start = time.time()
     progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         TextColumn("{task.fields[info]}"), disable=not show_progress)
+    plain_log = show_progress and not sys.stderr.isatty()  # job logs get a line every 10% instead of a bar
     with progress:
         task = progress.add_task("train", total=steps, info="")
         for step in range(steps):
@@ -114,6 +116,7 @@ def train(
             stats = {"reward": [], "correct": [], "len": [], "trunc": [], "fmt": [], "dead": 0, "groups": 0, "samples": 0}
             rounds = recipe["dynamic_sampling_max_batches"] if recipe["dynamic_sampling"] else 1
             kept_groups = 0
+            sample_start = time.time()
             for _ in range(rounds):
                 idx = rng.choice(len(pool), size=n_prompts, p=probs)
                 _, batch = sample_and_score(model, tokenizer, pool.iloc[idx], group_size=group, recipe=recipe,
@@ -140,6 +143,7 @@ def train(
                     kept_adv.append(adv)
                 if kept_groups >= n_prompts:
                     break
+            sample_time = time.time() - sample_start
             metrics = _optimise(model, ref_model, optimizer, kept, kept_adv, recipe, pad_id) if kept else {}
             rewards = np.concatenate(stats["reward"])
             row = {
@@ -159,12 +163,16 @@ def train(
                 "kept_groups": kept_groups,
                 "sampled_groups": stats["groups"],
                 "samples_generated": stats["samples"],
+                "sample_time_s": sample_time,
                 "wall_time_s": time.time() - start,
             }
             log.append(row)
             if on_step:
                 on_step(row)
-            progress.update(task, advance=1, info=f"reward {row['reward_mean']:.2f} dead {row['dead_group_ratio']:.2f}")
+            info = f"reward {row['reward_mean']:.3f} acc {row['accuracy']:.3f} dead {row['dead_group_ratio']:.2f}"
+            progress.update(task, advance=1, info=info)
+            if plain_log and ((step + 1) % max(1, steps // 10) == 0 or step + 1 == steps):
+                print(f"GRPO step {step + 1}/{steps} {info} ({row['wall_time_s']:.0f} s)", file=sys.stderr, flush=True)
     return pd.DataFrame(log, columns=TRAIN_LOG_COLUMNS)
 
 

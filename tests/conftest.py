@@ -1,0 +1,49 @@
+"""Shared fixtures: real data and a real (briefly SFT-trained) tiny policy, built once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def splits():
+    from evotrainer.tasks.arithmetic import Level, make_splits
+
+    levels = [Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)]
+    return make_splits(levels, {"train": 3000, "val": 200, "test": 200, "probe": 32}, "+-", seed=7)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory, splits):
+    """A tiny policy after 300 SFT steps (~6 s): answers in the right format, often wrong."""
+    import torch
+
+    from evotrainer.policy.tiny import build_model, build_tokenizer, save_policy
+    from evotrainer.sft import warm_start
+
+    torch.set_num_threads(2)
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, seed=0)
+    warm_start(model, tokenizer, splits["train"], splits["val"].iloc[:50], max_steps=300, batch_size=64, lr=1e-3,
+               target_val_accuracy=1.1, eval_every=1000, seed=0, max_len=8, show_progress=False)
+    path = tmp_path_factory.mktemp("policy") / "policy"
+    save_policy(model, tokenizer, path)
+    return path
+
+
+@pytest.fixture
+def harness(tmp_path):
+    """A writable copy of the default harness."""
+    import shutil
+
+    from evotrainer.harness import DEFAULT_HARNESS
+
+    dest = tmp_path / "harness"
+    shutil.copytree(DEFAULT_HARNESS, dest)
+    return dest

@@ -1,0 +1,38 @@
+import pytest
+
+from evotrainer.config import ConfigError, compose, overrides_from_snakemake
+
+
+def test_default_config_composes_with_every_group():
+    cfg = compose()
+    for group in ("task", "policy", "trainer", "rollout", "agent", "harness", "search"):
+        assert group in cfg
+    assert cfg.search.generations == 3 and cfg.run == "default"
+
+
+def test_experiment_overrides_apply():
+    cfg = compose(["experiment=quick", "search.generations=4"])
+    assert cfg.search.generations == 4 and cfg.search.steps_per_generation == 12
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.name=verl"], r"'trainer.name' = 'verl' is not allowed; choose one of \['local'\]"),
+        (["rollout.split=test"], r"'rollout.split' = 'test' is not allowed"),
+        (["search.genrations=3"], r"search.genrations"),
+        (["agent=nope"], r"Available options in 'agent'"),
+        (["search.generations=abc"], r"bad key 'search.generations'"),
+        (["search.generations=0"], r"'search.generations' = 0 is outside \[1, 1000\]"),
+    ],
+)
+def test_bad_config_names_the_key_and_allowed_values(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose(overrides)
+
+
+def test_snakemake_config_entries_become_hydra_overrides():
+    entries = {"experiment": "quick", "search__generations": 5, "search__baseline": False,
+               "overrides": ["trainer.threads=2"]}
+    assert overrides_from_snakemake(entries) == [
+        "experiment=quick", "search.generations=5", "search.baseline=false", "trainer.threads=2"]

@@ -1,0 +1,118 @@
+"""Evidence and diagnostics on real rollouts of the tiny policy (no hand-written evidence)."""
+
+import pandas as pd
+import pytest
+import torch
+
+from evotrainer import evidence, lineage
+from evotrainer.harness import DEFAULT_HARNESS, load_module, load_recipe
+from evotrainer.policy.tiny import load_policy
+from evotrainer.scoring import evidence_rows, sample_and_score
+from evotrainer.stages.diagnose import check_findings, render_markdown
+
+
+def rollouts(policy, prompts, **recipe_changes):
+    model, tok = load_policy(policy)
+    recipe = load_recipe(DEFAULT_HARNESS) | recipe_changes
+    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    repeated, batch = sample_and_score(model, tok, prompts, group_size=recipe["group_size"], recipe=recipe,
+                                       reward_fn=reward, generator=torch.Generator().manual_seed(0))
+    return evidence_rows(repeated, batch, group_size=recipe["group_size"], run="t", generation=0, split="probe",
+                         step=0, policy_id="p", harness_id="h", seed=0)
+
+
+@pytest.fixture(scope="module")
+def probe_evidence(tiny_policy, splits):
+    return rollouts(tiny_policy, splits["probe"])
+
+
+def test_rollouts_round_trip_through_the_evidence_schema(probe_evidence, tmp_path):
+    evidence.write(probe_evidence, tmp_path / "r.parquet")
+    back = evidence.read(tmp_path / "r.parquet")
+    assert len(back) == 32 * 8 and back["group_id"].nunique() == 32
+    assert {"rc_correct", "rc_format_ok", "entropy", "difficulty"} <= set(back.columns)
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(tmp_path / "r.parquet").metadata[b"evotrainer.evidence_schema"] == b"1.0"
+
+
+def test_evidence_errors_name_the_problem(probe_evidence, tmp_path):
+    with pytest.raises(evidence.EvidenceError, match=r"missing required column\(s\) \['reward'\]"):
+        evidence.write(probe_evidence.drop(columns="reward"), tmp_path / "x.parquet")
+    with pytest.raises(evidence.EvidenceError, match="unknown column"):
+        evidence.write(probe_evidence.assign(bonus=1.0), tmp_path / "x.parquet")
+    with pytest.raises(evidence.EvidenceError, match="row 0: finish_reason 'stop'"):
+        evidence.write(probe_evidence.assign(finish_reason="stop"), tmp_path / "x.parquet")
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def _findings(ev, train_log=None):
+    module = load_module(DEFAULT_HARNESS, "diagnostics")
+    return check_findings(module.diagnose(ev, train_log, load_recipe(DEFAULT_HARNESS)), "diagnostics").set_index("name")
+
+
+def test_dead_group_ratio_matches_its_definition(probe_evidence):
+    findings = _findings(probe_evidence)
+    by_group = probe_evidence.groupby("group_id")["reward"].agg(["min", "max"])
+    assert findings.loc["dead_group_ratio", "value"] == pytest.approx((by_group["min"] == by_group["max"]).mean())
+    assert findings.loc["accuracy", "value"] == pytest.approx(probe_evidence["correct"].mean())
+
+
+def test_truncation_is_flagged(tiny_policy, splits):
+    ev = rollouts(tiny_policy, splits["probe"], max_response_len=2)  # too short for most answers
+    assert _findings(ev).loc["truncation_rate", "severity"] == "critical"
+
+
+def test_format_violations_of_an_untrained_policy_are_flagged(tmp_path, splits):
+    from evotrainer.policy.tiny import build_model, build_tokenizer, save_policy
+
+    tok = build_tokenizer()
+    save_policy(build_model(tok, seed=3), tok, tmp_path / "untrained")
+    findings = _findings(rollouts(tmp_path / "untrained", splits["probe"]))
+    assert findings.loc["format_violation_rate", "severity"] == "critical"
+    assert findings.loc["accuracy", "value"] < 0.05
+
+
+def test_collapse_in_the_train_log_is_flagged(probe_evidence):
+    steps = 50
+    log = pd.DataFrame({
+        "step": range(steps), "reward_mean": [0.5 - 0.01 * i for i in range(steps)],
+        "entropy": [1.0 - 0.019 * i for i in range(steps)], "dead_group_ratio": [0.2 + 0.015 * i for i in range(steps)],
+        "response_len_mean": [3.0] * steps, "kl": [0.01] * steps, "clip_frac": [0.0] * steps,
+    })
+    findings = _findings(probe_evidence, log)
+    assert findings.loc["entropy_trend", "severity"] == "critical"
+    assert findings.loc["reward_trend", "severity"] == "warn"
+    assert findings.loc["train_dead_group_ratio", "severity"] == "critical"
+
+
+def test_diagnosis_markdown_lists_flagged_findings_first(probe_evidence):
+    findings = _findings(probe_evidence, None).reset_index()
+    md = render_markdown("t", 0, findings.assign(generation=0), len(probe_evidence))
+    assert md.startswith("# Diagnosis") and "| layer | name |" in md
+
+
+def test_bad_findings_are_rejected_with_a_reason():
+    with pytest.raises(ValueError, match="lacks"):
+        check_findings([{"name": "x"}], "diagnostics.py")
+    with pytest.raises(TypeError, match="must return a list"):
+        check_findings({"name": "x"}, "diagnostics.py")
+
+
+def test_lineage_upsert_replaces_a_generation_instead_of_duplicating(tmp_path):
+    path = tmp_path / "lineage.parquet"
+
+    def rows(gen, verdicts):
+        return pd.DataFrame([{
+            "run": "r", "generation": gen, "candidate_id": f"c{i}", "intervention": "x", "parent_harness_id": "p",
+            "harness_id": "h", "diff_hash": "d", "diff": "", "hypothesis": "", "targeted_findings": [], "signature": [],
+            "val_accuracy": 0.5, "control_val_accuracy": 0.5, "delta_vs_control": 0.0, "train_reward_final": 0.1,
+            "dead_group_ratio_final": 0.1, "samples_generated": 1, "train_wall_s": 1.0, "verdict": v,
+            "failure_label": None, "error": None, "recorded_at": 0.0} for i, v in enumerate(verdicts)])
+
+    lineage.upsert_generation(path, rows(0, ["kept", "rejected"]))
+    lineage.upsert_generation(path, rows(1, ["promoted"]))
+    table = lineage.upsert_generation(path, rows(0, ["kept", "rejected"]))
+    assert len(table) == 3 and len(lineage.read(path)) == 3
+    with pytest.raises(ValueError, match="unknown verdict"):
+        lineage.upsert_generation(path, rows(2, ["won"]))

@@ -1,0 +1,123 @@
+import pytest
+
+from evotrainer import lineage
+from evotrainer.agents.base import ProposalContext
+from evotrainer.agents.heuristic import CATALOGUE, HeuristicAgent, unified_diff
+from evotrainer.candidate import CandidateError, apply_diff, check_harness, touched_files, validate
+from evotrainer.harness import DEFAULT_HARNESS, HarnessError, check_recipe, harness_id, load_recipe
+
+
+def recipe_diff(harness, old: str, new: str) -> str:
+    text = (harness / "recipe.yaml").read_text()
+    assert old in text
+    return unified_diff("recipe.yaml", text, text.replace(old, new))
+
+
+def test_default_harness_passes_its_own_checks():
+    check_harness(DEFAULT_HARNESS)
+    assert load_recipe(DEFAULT_HARNESS)["group_size"] == 8
+
+
+def test_recipe_errors_name_the_key_and_the_fix():
+    recipe = load_recipe(DEFAULT_HARNESS)
+    with pytest.raises(HarnessError, match=r"'lr' = 5.0 is outside its range \[1e-07, 0.01\]"):
+        check_recipe(recipe | {"lr": 5.0})
+    with pytest.raises(HarnessError, match=r"unknown key\(s\) \['learning_rate'\]"):
+        check_recipe(recipe | {"learning_rate": 1e-4})
+    with pytest.raises(HarnessError, match=r"'loss_agg' = 'mean' is not allowed; choose one of"):
+        check_recipe(recipe | {"loss_agg": "mean"})
+    with pytest.raises(HarnessError, match="must be a number"):
+        check_recipe(recipe | {"clip_high": "abc"})
+    assert check_recipe(recipe | {"lr": "1e-4"})["lr"] == 1e-4  # YAML 1.1 reads 1e-4 as a string
+
+
+def test_a_valid_diff_applies_strictly(harness, tmp_path):
+    diff = recipe_diff(harness, "dynamic_sampling: false", "dynamic_sampling: true")
+    assert validate(harness, diff)["ok"]
+    applied = apply_diff(harness, diff, tmp_path / "applied")
+    assert load_recipe(applied)["dynamic_sampling"] is True
+    assert harness_id(applied) != harness_id(harness)
+
+
+@pytest.mark.parametrize(
+    ("make_diff", "label"),
+    [
+        (lambda h: "I think you should lower the learning rate.", "invalid_diff"),
+        (lambda h: recipe_diff(h, "lr: 2.0e-4", "lr: 9.0").replace("lr: 2.0e-4", "lr: 3.0e-4"), "invalid_diff"),
+        (lambda h: recipe_diff(h, "lr: 2.0e-4", "lr: 5.0"), "schema_violation"),
+        (lambda h: recipe_diff(h, "loss_agg: token-mean", "loss_agg: sum"), "schema_violation"),
+        (lambda h: recipe_diff(h, "lr: 2.0e-4", "lr: [oops"), "parse_error"),
+        (lambda h: "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "forbidden_path"),
+        (lambda h: "--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-x\n+y\n", "forbidden_path"),
+        (lambda h: "--- /dev/null\n+++ b/evil.py\n@@ -0,0 +1 @@\n+import os\n", "forbidden_path"),
+        (lambda h: unified_diff("reward.py", (h / "reward.py").read_text(),
+                                (h / "reward.py").read_text().replace("def compute_score(", "def compute_score((")),
+         "syntax_error"),
+        (lambda h: unified_diff("reward.py", (h / "reward.py").read_text(),
+                                "import no_such_module_here\n" + (h / "reward.py").read_text()), "import_error"),
+        (lambda h: unified_diff("reward.py", (h / "reward.py").read_text(),
+                                (h / "reward.py").read_text().replace("def compute_score(", "def score_it(")),
+         "import_error"),
+        (lambda h: "--- a/recipe.yaml\n+++ b/recipe.yaml\n@@ -1 +1 @@\n-\udcff\n+x\n", "invalid_diff"),
+    ],
+    ids=["prose", "context-mismatch", "lr-out-of-range", "unknown-choice", "broken-yaml", "path-escape",
+         "non-harness-file", "new-file", "syntax-error", "import-error", "missing-entry-point", "non-utf8"],
+)
+def test_bad_diffs_fail_with_their_label(harness, make_diff, label):
+    result = validate(harness, make_diff(harness))
+    assert not result["ok"]
+    assert result["failure_label"] == label, result["error"]
+    assert (harness / "recipe.yaml").read_text() == (DEFAULT_HARNESS / "recipe.yaml").read_text()  # untouched
+
+
+def test_a_hanging_import_is_a_sandbox_timeout(harness, tmp_path):
+    diff = unified_diff("curriculum.py", (harness / "curriculum.py").read_text(),
+                        "while True:\n    pass\n" + (harness / "curriculum.py").read_text())
+    applied = apply_diff(harness, diff, tmp_path / "applied")
+    with pytest.raises(CandidateError) as err:
+        check_harness(applied, import_timeout_s=2)
+    assert err.value.label == "sandbox_timeout"
+
+
+def test_touched_files_lists_harness_files():
+    diff = "--- a/recipe.yaml\n+++ b/recipe.yaml\n@@ -1 +1 @@\n-a\n+b\n"
+    assert touched_files(diff) == ["recipe.yaml"]
+
+
+def _context(harness, findings, lineage_frame=None):
+    return ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness), findings=findings,
+                           lineage=lineage.empty() if lineage_frame is None else lineage_frame)
+
+
+def _finding(name, severity):
+    return {"name": name, "severity": severity, "value": 0.9, "threshold": 0.4}
+
+
+def test_every_catalogue_intervention_is_a_valid_single_file_diff(harness):
+    agent = HeuristicAgent()
+    proposals = agent.propose(_context(harness, []), k=len(CATALOGUE))
+    assert len(proposals) == len(CATALOGUE)
+    for proposal in proposals:
+        result = validate(harness, proposal.diff)
+        assert result["ok"], (proposal.intervention, result)
+        assert len(result["files"]) == 1
+
+
+def test_heuristic_agent_ranks_interventions_by_findings(harness):
+    agent = HeuristicAgent()
+    dead = agent.propose(_context(harness, [_finding("dead_group_ratio", "critical")]), k=2)
+    assert dead[0].intervention == "dynamic_sampling" and "dead_group_ratio" in dead[0].targeted_findings
+    trunc = agent.propose(_context(harness, [_finding("truncation_rate", "critical")]), k=1)
+    assert trunc[0].intervention == "overlong_shaping"
+
+
+def test_heuristic_agent_does_not_repeat_a_tried_diff(harness):
+    import pandas as pd
+
+    from evotrainer.runtime import diff_hash
+
+    agent = HeuristicAgent()
+    first = agent.propose(_context(harness, [_finding("dead_group_ratio", "critical")]), k=1)[0]
+    tried = pd.DataFrame({"parent_harness_id": [harness_id(harness)], "diff_hash": [diff_hash(first.diff)]})
+    again = agent.propose(_context(harness, [_finding("dead_group_ratio", "critical")], tried), k=1)[0]
+    assert again.intervention != first.intervention

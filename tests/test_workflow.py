@@ -1,0 +1,151 @@
+"""End to end through the real `snakemake` CLI on the quick experiment (2 generations)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evotrainer import evidence, lineage
+from evotrainer.harness import DEFAULT_HARNESS, load_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.e2e
+
+
+def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--cores", "2", "--config", "experiment=quick", f"agent__extra_candidates={planted}", *extra]
+
+
+def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
+    result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory) -> Path:
+    """User candidates that must fail alone: prose instead of a diff, and an out-of-schema lr."""
+    folder = tmp_path_factory.mktemp("planted")
+    (folder / "a_prose.diff").write_text("Please lower the learning rate a bit.\n")
+    recipe = (DEFAULT_HARNESS / "recipe.yaml").read_text()
+    from evotrainer.agents.heuristic import unified_diff
+
+    (folder / "b_lr_too_high.diff").write_text(unified_diff("recipe.yaml", recipe, recipe.replace("lr: 2.0e-4", "lr: 0.5")))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, planted) -> Path:
+    workdir = tmp_path_factory.mktemp("e2e")
+    run_snakemake(workdir, planted)
+    return workdir / "results" / "default"
+
+
+def test_dry_run_shows_the_plan(tmp_path, planted):
+    result = run_snakemake(tmp_path, planted, "-n")
+    for rule in ("data", "init", "rollout", "diagnose", "propose", "baseline"):
+        assert f"rule {rule}:" in result.stdout or f"rule {rule}:" in result.stderr
+    assert not (tmp_path / "results" / "default" / "data").exists()
+
+
+def test_every_artifact_exists_and_reads_with_pandas(finished_run):
+    run = finished_run
+    for g in (0, 1):
+        gen = run / f"gen{g}"
+        assert (gen / "policy" / "config.json").exists() and (gen / "harness" / "recipe.yaml").exists()
+        rollouts = evidence.read(gen / "rollouts.parquet")
+        assert set(rollouts["split"]) == {"probe"} and rollouts["generation"].eq(g).all()
+        findings = pd.read_parquet(gen / "diagnostics.parquet")
+        assert {"name", "value", "threshold", "severity"} <= set(findings.columns)
+        assert json.loads((gen / "diagnosis.json").read_text())["generation"] == g
+        assert (gen / "diagnosis.md").read_text().startswith("# Diagnosis")
+        cids = sorted(p.name for p in (gen / "candidates").iterdir() if p.is_dir())
+        assert "control" in cids and len(cids) >= 3
+        for cid in cids:
+            metrics = json.loads((gen / "backtest" / cid / "metrics.json").read_text())
+            proposal = json.loads((gen / "candidates" / cid / "proposal.json").read_text())
+            assert {"hypothesis", "targeted_findings", "success_criterion", "validation"} <= set(proposal)
+            if metrics["status"] == "ok":
+                assert pd.read_parquet(gen / "backtest" / cid / "train_log.parquet")["step"].max() == 11
+                assert evidence.read(gen / "backtest" / cid / "val_rollouts.parquet")["split"].eq("val").all()
+        assert json.loads((gen / "selection.json").read_text())["promoted"] in cids
+    assert (run / "gen2" / "policy" / "config.json").exists()
+    assert pd.read_parquet(run / "gen1" / "parent_train_log.parquet")["step"].max() == 11
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(summary["generations"]) == 2 and summary["baseline_test_accuracy"] is not None
+    assert json.loads((run / "baseline" / "metrics.json").read_text())["steps"] == 24  # 2 generations x 12 steps
+    for arm in ("evolved", "baseline"):
+        assert evidence.read(run / "eval" / arm / "test_rollouts.parquet")["split"].eq("test").all()
+
+
+def test_planted_bad_diffs_fail_alone_with_labels(finished_run):
+    table = lineage.read(finished_run / "lineage.parquet")
+    planted = table[table["intervention"].str.startswith("user:")]
+    labels = dict(zip(planted["intervention"], planted["failure_label"], strict=True))
+    assert labels == {"user:a_prose": "invalid_diff", "user:b_lr_too_high": "schema_violation"}
+    assert (planted["verdict"] == "failed").all()
+    # tried once from gen0's harness; gen1 has the same harness only if control was kept, else they return
+    assert table.groupby("generation")["verdict"].apply(lambda v: (v.isin(["kept", "promoted"])).sum()).eq(1).all()
+
+
+def test_lineage_has_one_row_per_candidate(finished_run):
+    table = lineage.read(finished_run / "lineage.parquet")
+    assert not table.duplicated(["generation", "candidate_id"]).any()
+    on_disk = sum(1 for g in (0, 1) for p in (finished_run / f"gen{g}" / "candidates").iterdir() if p.is_dir())
+    assert len(table) == on_disk
+
+
+def test_test_split_is_never_read_before_evaluation(finished_run):
+    test_prompts = set(pd.read_parquet(finished_run / "data" / "test.parquet")["prompt"])
+    for path in finished_run.glob("gen*/**/*rollouts.parquet"):
+        assert not set(pd.read_parquet(path)["prompt"]) & test_prompts, path
+
+
+def test_rerunning_one_backtest_reproduces_it(finished_run, planted):
+    workdir = finished_run.parents[1]
+    target = finished_run / "gen1" / "backtest" / "control" / "metrics.json"
+    before = json.loads(target.read_text())
+    result = run_snakemake(workdir, planted, str(target.relative_to(workdir)), "--forcerun", "backtest")
+    assert "rule backtest:" in result.stdout + result.stderr
+    after = json.loads(target.read_text())
+    assert after["val_accuracy"] == before["val_accuracy"]  # fixed seed and threads: bit-for-bit
+
+
+def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, planted, finished_run):
+    proc = subprocess.Popen(snakemake_cmd(tmp_path, planted), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    run = tmp_path / "results" / "default"
+    marker = run / "gen0" / "selection.json"
+    deadline = time.time() + 300
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert marker.exists(), "the run never reached gen0's selection"
+    time.sleep(3)  # let snakemake register the select job as finished
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
+    proc.communicate(timeout=120)
+    assert not (run / "summary.json").exists(), "the run finished before it could be interrupted"
+    finished_before = {p: p.stat().st_mtime_ns for p in run.glob("gen0/backtest/*/metrics.json")}
+    finished_before[run / "gen0" / "rollouts.parquet"] = (run / "gen0" / "rollouts.parquet").stat().st_mtime_ns
+
+    result = run_snakemake(tmp_path, planted)
+    log = result.stdout + result.stderr
+    assert "rule init:" not in log and "rule data:" not in log
+    for path, mtime in finished_before.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was recomputed"
+    table = lineage.read(run / "lineage.parquet")
+    assert not table.duplicated(["generation", "candidate_id"]).any()
+    # same seeds, same threads: the resumed run ends exactly where the uninterrupted one did
+    resumed = json.loads((run / "summary.json").read_text())
+    reference = json.loads((finished_run / "summary.json").read_text())
+    assert resumed["evolved_test_accuracy"] == reference["evolved_test_accuracy"]
+    assert resumed["generations"] == reference["generations"]
+    assert load_recipe(run / "gen2" / "harness") == load_recipe(finished_run / "gen2" / "harness")
