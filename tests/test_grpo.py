@@ -71,3 +71,25 @@ def test_training_is_reproducible_with_a_fixed_seed(tiny_policy, splits):
         logs.append(train(model, tok, _recipe(), splits["train"], reward, steps=3, seed=5, show_progress=False))
     cols = ["reward_mean", "loss", "entropy"]
     assert np.allclose(logs[0][cols].to_numpy(), logs[1][cols].to_numpy())
+
+
+def test_groups_stay_aligned_when_a_prompt_is_drawn_twice(tiny_policy, splits):
+    from evotrainer.harness import load_module
+    from evotrainer.scoring import sample_and_score
+
+    model, tok = load_policy(tiny_policy)
+    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    prompts = splits["train"].iloc[[3, 3, 5]]  # duplicate index labels
+    repeated, batch = sample_and_score(model, tok, prompts, group_size=4, recipe=_recipe(), reward_fn=reward)
+    assert len(repeated) == 12 and len(batch.rewards) == 12
+    assert repeated["prompt"].tolist() == [prompts["prompt"].iloc[i] for i in (0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2)]
+
+
+def test_every_step_samples_exactly_the_configured_batch(tiny_policy, splits):
+    from evotrainer.harness import load_module
+
+    model, tok = load_policy(tiny_policy)
+    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    small_pool = splits["train"].iloc[:40]  # forces repeats across steps
+    log = train(model, tok, _recipe(prompts_per_step=32), small_pool, reward, steps=4, seed=0, show_progress=False)
+    assert (log["samples_generated"] == 32 * 8).all() and (log["sampled_groups"] == 32).all()

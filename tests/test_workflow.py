@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--cores", "2", "--config", "experiment=quick", f"agent__extra_candidates={planted}", *extra]
+            "--cores", "2", *extra, "--config", "experiment=quick", f"agent__extra_candidates={planted}"]
 
 
 def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
@@ -52,8 +52,9 @@ def finished_run(tmp_path_factory, planted) -> Path:
 
 def test_dry_run_shows_the_plan(tmp_path, planted):
     result = run_snakemake(tmp_path, planted, "-n")
-    for rule in ("data", "init", "rollout", "diagnose", "propose", "baseline"):
-        assert f"rule {rule}:" in result.stdout or f"rule {rule}:" in result.stderr
+    plan = result.stdout + result.stderr
+    for rule in ("rule data:", "rule init:", "rule rollout:", "rule diagnose:", "checkpoint propose:", "rule baseline:"):
+        assert rule in plan
     assert not (tmp_path / "results" / "default" / "data").exists()
 
 
@@ -83,6 +84,11 @@ def test_every_artifact_exists_and_reads_with_pandas(finished_run):
     summary = json.loads((run / "summary.json").read_text())
     assert len(summary["generations"]) == 2 and summary["baseline_test_accuracy"] is not None
     assert json.loads((run / "baseline" / "metrics.json").read_text())["steps"] == 24  # 2 generations x 12 steps
+    # the baseline follows the loop's protocol: its first chunk *is* generation 0's control
+    baseline_log = pd.read_parquet(run / "baseline" / "train_log.parquet")
+    control_log = pd.read_parquet(run / "gen0" / "backtest" / "control" / "train_log.parquet")
+    cols = ["reward_mean", "loss", "entropy", "kl"]
+    pd.testing.assert_frame_equal(baseline_log[cols].iloc[:12], control_log[cols])
     for arm in ("evolved", "baseline"):
         assert evidence.read(run / "eval" / arm / "test_rollouts.parquet")["split"].eq("test").all()
 

@@ -23,7 +23,8 @@ def _stage_parser(sub) -> None:
     add("rollout", "policy", "harness", "prompts", "out", "generation", "threads")
     add("diagnose", "rollouts", "harness", "train-log", "out-parquet", "out-json", "out-md", "generation")
     add("propose", "diagnosis", "harness", "lineage", "out-dir", "generation")
-    add("backtest", "policy", "harness", "candidate", "data-dir", "evidence", "out-dir", "generation", "steps", "threads")
+    p = add("backtest", "policy", "harness", "candidate", "data-dir", "evidence", "out-dir", "generation", "steps", "threads")
+    p.add_argument("--restarts", type=int, default=1)
     add("select", "candidates", "backtest-dir", "harness", "lineage", "out", "generation")
     add("promote", "selection", "backtest-dir", "out-policy", "out-harness", "out-train-log")
     add("evaluate", "policy", "harness", "test", "out-json", "out-rollouts", "arm", "threads")
@@ -52,7 +53,7 @@ def _run_stage(a: argparse.Namespace) -> None:
     elif a.stage == "backtest":
         from evotrainer.stages import backtest
         backtest.run(a.config, a.policy, a.harness, a.candidate, a.data_dir, a.evidence, a.out_dir,
-                     int(a.generation), int(a.steps), int(a.threads))
+                     int(a.generation), int(a.steps), int(a.threads), restarts=a.restarts)
     elif a.stage == "select":
         from evotrainer.harness import harness_id
         from evotrainer.stages import select

@@ -92,6 +92,7 @@ class SearchConf:
     steps_per_generation: int = 200
     min_gain: float = 0.0
     baseline: bool = True
+    baseline_restarts: bool = True
 
 
 @dataclass

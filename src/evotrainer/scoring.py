@@ -58,7 +58,8 @@ def sample_and_score(
     greedy: bool = False, generator: torch.Generator | None = None,
 ) -> tuple[pd.DataFrame, ScoredBatch]:
     """Sample ``group_size`` responses per prompt; returns the repeated prompt rows and the scored batch."""
-    repeated = prompts.loc[prompts.index.repeat(group_size)].reset_index(drop=True)
+    # positional repeat: the same prompt may appear twice in a batch (duplicate index labels)
+    repeated = prompts.iloc[np.repeat(np.arange(len(prompts)), group_size)].reset_index(drop=True)
     ids, mask = encode_prompts(tokenizer, repeated["prompt"].tolist())
     samples = sample(
         model, ids, mask, max_new_tokens=recipe["max_response_len"], eos_id=tokenizer.eos_token_id,

@@ -22,7 +22,8 @@ rule backtest:
         " --threads {threads} > {log} 2>&1"
 
 
-# The fixed-recipe arm: the initial harness, unchanged, for the loop's whole training budget.
+# The fixed-recipe arm: the initial harness, unchanged, for the loop's whole training budget. With
+# search.baseline_restarts it follows the loop's protocol (restart every generation, same seeds).
 rule baseline:
     input:
         policy=f"{R}/gen0/policy",
@@ -38,7 +39,8 @@ rule baseline:
         f"{R}/logs/baseline.log",
     params:
         steps=G * STEPS,
+        restarts=G if CFG.search.baseline_restarts else 1,
     shell:
         "{EVO} backtest --config {CONF} --policy {input.policy} --harness {input.harness}"
-        " --data-dir {R}/data --out-dir {R}/baseline --generation 0 --steps {params.steps}"
+        " --data-dir {R}/data --out-dir {R}/baseline --generation 0 --steps {params.steps} --restarts {params.restarts}"
         " --threads {threads} > {log} 2>&1"

@@ -22,7 +22,10 @@ from evotrainer.stages.common import config, read_split
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
-        split_name: str = "val") -> None:
+        split_name: str = "val", restarts: int = 1) -> None:
+    """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
+    a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
+    with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control."""
     cfg = config(config_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -45,7 +48,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         return
     try:
         metrics = _train_and_score(cfg, parent_policy, out / "harness", data_dir, evidence_path, out, generation,
-                                   steps, threads, split_name)
+                                   steps, threads, split_name, restarts)
     except Exception as err:  # a crash in candidate code or training fails this candidate only
         (out / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": "train_crash",
@@ -55,7 +58,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
 
 
 def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_path, out: Path, generation: int,
-                     steps: int, threads: int, split_name: str) -> dict:
+                     steps: int, threads: int, split_name: str, restarts: int) -> dict:
     device = runtime.setup_torch(threads, cfg.trainer.device)
     import pandas as pd
     import torch
@@ -70,9 +73,16 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
     past = evidence.read(evidence_path) if evidence_path else None
     weights = load_module(harness_dir, "curriculum").prompt_weights(pool, past)
     model, tokenizer = load_policy(parent_policy, device)
+    if steps % restarts:
+        raise ValueError(f"steps ({steps}) must divide evenly into {restarts} restarts")
     seed = cfg.seed * 1000 + generation  # same seed for every candidate of a generation: paired comparison
     start = time.time()
-    log = train(model, tokenizer, recipe, pool, reward_fn, steps=steps, seed=seed, weights=weights)
+    logs = []
+    for chunk in range(restarts):
+        chunk_log = train(model, tokenizer, recipe, pool, reward_fn, steps=steps // restarts, seed=seed + chunk,
+                          weights=weights)
+        logs.append(chunk_log.assign(step=chunk_log["step"] + chunk * (steps // restarts)))
+    log = pd.concat(logs, ignore_index=True)
     train_wall = time.time() - start
     model.eval()
     with atomic_dir(out / "policy") as tmp:
@@ -104,6 +114,7 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
         "dead_group_ratio_final": float(tail["dead_group_ratio"].mean()),
         "entropy_final": float(tail["entropy"].mean()),
         "samples_generated": int(log["samples_generated"].sum()),
+        "restarts": restarts,
         "train_wall_s": train_wall,
         "train_sample_s": float(log["sample_time_s"].sum()),
         "eval_wall_s": time.time() - eval_start,

@@ -96,6 +96,7 @@ def train(
     if probs.shape != (len(pool),) or (probs < 0).any() or probs.sum() <= 0:
         raise ValueError("curriculum.prompt_weights must return one non-negative weight per pool row, not all zero")
     probs = probs / probs.sum()
+    live_prompts = int((probs > 0).sum())  # draw without replacement within a step when the pool allows
     ref_model = copy.deepcopy(model).eval()
     for p in ref_model.parameters():
         p.requires_grad_(False)
@@ -118,7 +119,7 @@ def train(
             kept_groups = 0
             sample_start = time.time()
             for _ in range(rounds):
-                idx = rng.choice(len(pool), size=n_prompts, p=probs)
+                idx = rng.choice(len(pool), size=n_prompts, p=probs, replace=n_prompts > live_prompts)
                 _, batch = sample_and_score(model, tokenizer, pool.iloc[idx], group_size=group, recipe=recipe,
                                             reward_fn=reward_fn, generator=generator)
                 adv, alive = group_advantages(batch.rewards, group, recipe["norm_adv_by_std"])
