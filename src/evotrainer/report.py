@@ -1,0 +1,263 @@
+"""The run report: one self-contained HTML file (PNG plots embedded) plus the PNGs themselves,
+which the Snakemake `report` rule also registers for `snakemake --report`.
+
+Sections (HTML ids): val-per-generation, training-curves, lineage, findings, test, agent-cost.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from evotrainer import lineage as lineage_contract  # noqa: E402
+from evotrainer.atomic import atomic_path, write_text  # noqa: E402
+
+SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "agent-cost")
+VERDICT_COLOURS = {"promoted": "#2e7d32", "kept": "#1565c0", "rejected": "#9e9e9e", "failed": "#c62828"}
+SEVERITY_LEVEL = {"ok": 0, "warn": 1, "critical": 2}
+CURVES = [("reward_mean", "training reward"), ("accuracy", "training accuracy"), ("dead_group_ratio", "dead-group ratio"),
+          ("entropy", "entropy"), ("kl", "KL to parent"), ("response_len_mean", "response length (tokens)")]
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+class RunData:
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir
+        self.init = _read_json(run_dir / "init" / "metrics.json") or {}
+        gens = sorted((int(p.name[3:]) for p in run_dir.glob("gen*") if (p / "selection.json").exists()))
+        self.selections = [_read_json(run_dir / f"gen{g}" / "selection.json") for g in gens]
+        self.generations = gens
+        self.lineage = lineage_contract.read(run_dir / "lineage.parquet")
+        self.baseline = _read_json(run_dir / "baseline" / "metrics.json")
+        self.evolved_test = _read_json(run_dir / "eval" / "evolved" / "test_metrics.json")
+        self.baseline_test = _read_json(run_dir / "eval" / "baseline" / "test_metrics.json")
+
+    def train_log(self, g: int, cid: str) -> pd.DataFrame | None:
+        path = self.dir / f"gen{g}" / "backtest" / cid / "train_log.parquet"
+        return pd.read_parquet(path) if path.exists() else None
+
+    def evolved_curve(self) -> pd.DataFrame:
+        frames, offset = [], 0
+        for sel in self.selections:
+            log = self.train_log(sel["generation"], sel["promoted"])
+            if log is None:
+                continue
+            frames.append(log.assign(step=log["step"] + offset, generation=sel["generation"]))
+            offset += len(log)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def findings(self) -> pd.DataFrame:
+        frames = [pd.read_parquet(p) for p in sorted(self.dir.glob("gen*/diagnostics.parquet"))]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def plot_val_per_generation(data: RunData) -> bytes:
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    gens = [s["generation"] for s in data.selections]
+    x0 = [-1, *gens]
+    init = data.init.get("val_accuracy")
+    ax.plot(x0, [init, *[s["promoted_val_accuracy"] for s in data.selections]], "o-", color="#2e7d32",
+            label="evolved (promoted per generation)")
+    ax.plot(gens, [s["control_val_accuracy"] for s in data.selections], "s--", color="#1565c0",
+            label="control (parent harness, same steps)")
+    if data.baseline and data.baseline.get("status") == "ok" and gens:
+        ax.plot([gens[-1]], [data.baseline["val_accuracy"]], "D", color="#ef6c00", markersize=9,
+                label="baseline (initial harness, all steps)")
+    ax.set_xticks(x0, ["SFT", *[f"gen {g}" for g in gens]])
+    ax.set_ylabel("val accuracy (greedy)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    return _png(fig)
+
+
+def plot_training_curves(data: RunData) -> bytes:
+    evolved = data.evolved_curve()
+    baseline = pd.read_parquet(data.dir / "baseline" / "train_log.parquet") if (data.dir / "baseline" / "train_log.parquet").exists() else None
+    fig, axes = plt.subplots(2, 3, figsize=(12, 5.5), sharex=True)
+    window = max(1, len(evolved) // 60) if len(evolved) else 1
+    for ax, (column, title) in zip(axes.ravel(), CURVES, strict=True):
+        if len(evolved):
+            ax.plot(evolved["step"], evolved[column].rolling(window, min_periods=1).mean(), color="#2e7d32", label="evolved")
+            for boundary in evolved.groupby("generation")["step"].min().iloc[1:]:
+                ax.axvline(boundary, color="#bbb", lw=0.8, ls=":")
+        if baseline is not None:
+            ax.plot(baseline["step"], baseline[column].rolling(window, min_periods=1).mean(), color="#ef6c00",
+                    alpha=0.8, label="baseline")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    for ax in axes[1]:
+        ax.set_xlabel("GRPO step (dotted: generation boundary)")
+    return _png(fig)
+
+
+def plot_lineage_tree(data: RunData) -> bytes:
+    table = data.lineage
+    gens = sorted(table["generation"].unique()) if len(table) else []
+    height = max(3.0, 0.55 * max((table["generation"].value_counts().max() if len(table) else 1), 1) + 1)
+    fig, ax = plt.subplots(figsize=(3.2 * max(len(gens), 1) + 1, height))
+    positions: dict[tuple[int, str], tuple[float, float]] = {}
+    for g in gens:
+        rows = table[table["generation"] == g].reset_index(drop=True)
+        for i, row in rows.iterrows():
+            positions[(g, row["candidate_id"])] = (g, -i)
+    for g in gens[1:]:
+        parent = table[(table["generation"] == g - 1) & table["verdict"].isin(["promoted", "kept"])]
+        if parent.empty:
+            continue
+        px, py = positions[(g - 1, parent["candidate_id"].iloc[0])]
+        for (gg, _cid), (x, y) in positions.items():
+            if gg == g:
+                ax.annotate("", xy=(x - 0.42, y), xytext=(px + 0.42, py),
+                            arrowprops={"arrowstyle": "->", "color": "#999", "lw": 0.8})
+    for (g, cid), (x, y) in positions.items():
+        row = table[(table["generation"] == g) & (table["candidate_id"] == cid)].iloc[0]
+        delta = row["delta_vs_control"]
+        label = f"{cid}: {row['intervention']}\n" + (f"Δ {delta:+.3f}" if pd.notna(delta) else str(row["failure_label"]))
+        ax.text(x, y, label, ha="center", va="center", fontsize=7,
+                bbox={"boxstyle": "round", "fc": "white", "ec": VERDICT_COLOURS.get(row["verdict"], "#000"), "lw": 2})
+    ax.set_xlim(-0.6, max(gens, default=0) + 0.6)
+    ax.set_ylim(min((p[1] for p in positions.values()), default=0) - 0.7, 0.7)
+    ax.set_xticks(gens, [f"gen {g}" for g in gens])
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    handles = [plt.Line2D([], [], marker="s", ls="", mec=c, mfc="white", mew=2, label=v) for v, c in VERDICT_COLOURS.items()]
+    ax.legend(handles=handles, loc="lower left", fontsize=7, ncol=4, bbox_to_anchor=(0, -0.25))
+    return _png(fig)
+
+
+def plot_findings_heatmap(data: RunData) -> bytes:
+    findings = data.findings()
+    graded = findings[findings["severity"].isin(SEVERITY_LEVEL)] if len(findings) else findings
+    if graded.empty:
+        fig, ax = plt.subplots(figsize=(4, 1))
+        ax.text(0.5, 0.5, "no graded findings", ha="center")
+        ax.axis("off")
+        return _png(fig)
+    level = graded.pivot_table(index="name", columns="generation", values="severity",
+                               aggfunc=lambda s: SEVERITY_LEVEL[s.iloc[0]])
+    values = graded.pivot_table(index="name", columns="generation", values="value", aggfunc="first")
+    fig, ax = plt.subplots(figsize=(1.3 * level.shape[1] + 3, 0.38 * level.shape[0] + 1))
+    cmap = matplotlib.colors.ListedColormap(["#c8e6c9", "#ffe082", "#ef9a9a"])
+    ax.imshow(level.to_numpy(dtype=float), cmap=cmap, vmin=0, vmax=2, aspect="auto")
+    for (i, j), value in np.ndenumerate(values.to_numpy(dtype=float)):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.3g}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(level.shape[1]), [f"gen {g}" for g in level.columns])
+    ax.set_yticks(range(level.shape[0]), level.index, fontsize=8)
+    ax.set_title("findings: green ok, amber warn, red critical (cell: value)", fontsize=9)
+    return _png(fig)
+
+
+def test_difference(data: RunData) -> dict | None:
+    """Paired bootstrap (scipy) over test prompts of evolved minus baseline correctness."""
+    a, b = data.dir / "eval" / "evolved" / "test_rollouts.parquet", data.dir / "eval" / "baseline" / "test_rollouts.parquet"
+    if not (a.exists() and b.exists()):
+        return None
+    from scipy.stats import bootstrap
+
+    ev = pd.read_parquet(a, columns=["prompt_id", "correct"]).set_index("prompt_id")["correct"]
+    bl = pd.read_parquet(b, columns=["prompt_id", "correct"]).set_index("prompt_id")["correct"]
+    ev, bl = ev.groupby(level=0).mean(), bl.groupby(level=0).mean()
+    common = ev.index.intersection(bl.index)
+    x, y = ev.loc[common].to_numpy(float), bl.loc[common].to_numpy(float)
+    result = bootstrap((x, y), lambda p, q, axis=-1: p.mean(axis=axis) - q.mean(axis=axis), paired=True,
+                       n_resamples=2000, confidence_level=0.95, random_state=0, vectorized=True)
+    return {"difference": float(x.mean() - y.mean()), "ci_low": float(result.confidence_interval.low),
+            "ci_high": float(result.confidence_interval.high), "prompts": int(len(common))}
+
+
+def plot_test(data: RunData, diff: dict | None) -> bytes:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    arms = [("evolved", data.evolved_test, "#2e7d32"), ("baseline", data.baseline_test, "#ef6c00")]
+    arms = [(n, m, c) for n, m, c in arms if m]
+    for i, (name, metrics, colour) in enumerate(arms):
+        err = 1.96 * (metrics.get("test_stderr") or 0.0)
+        ax.bar(i, metrics["test_accuracy"], yerr=err, color=colour, capsize=6, alpha=0.85)
+        ax.text(i, metrics["test_accuracy"] + err + 0.01, f"{metrics['test_accuracy']:.3f}", ha="center", fontsize=9)
+    ax.set_xticks(range(len(arms)), [a[0] for a in arms])
+    ax.set_ylabel("test accuracy (greedy)")
+    if diff:
+        ax.set_title(f"difference {diff['difference']:+.3f}, 95% CI [{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, escape=True, border=0, classes="t", na_rep="", float_format=lambda v: f"{v:.3f}")
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"/>'
+
+
+def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | None = None) -> dict[str, bytes]:
+    data = RunData(Path(run_dir))
+    diff = test_difference(data)
+    figures = {
+        "val_per_generation": plot_val_per_generation(data),
+        "training_curves": plot_training_curves(data),
+        "lineage_tree": plot_lineage_tree(data),
+        "findings_heatmap": plot_findings_heatmap(data),
+        "test_accuracy": plot_test(data, diff),
+    }
+    if figures_dir:
+        for name, png in figures.items():
+            with atomic_path(Path(figures_dir) / f"{name}.png") as tmp:
+                tmp.write_bytes(png)
+    lineage_cols = ["generation", "candidate_id", "intervention", "hypothesis", "val_accuracy", "delta_vs_control",
+                    "verdict", "failure_label"]
+    calls = data.dir / "agent_calls.parquet"
+    if calls.exists():
+        cost = pd.read_parquet(calls)
+        agent_html = _table(cost.describe().reset_index())
+    else:
+        agent_html = "<p>The offline <code>heuristic</code> agent made no API calls: no agent cost.</p>"
+    gens = pd.DataFrame([{k: s[k] for k in ("generation", "promoted", "intervention", "control_val_accuracy",
+                                              "promoted_val_accuracy", "gain_vs_control", "reason")} for s in data.selections])
+    test_rows = [{"arm": "evolved", **(data.evolved_test or {})}, {"arm": "baseline", **(data.baseline_test or {})}]
+    test_table = pd.DataFrame([{k: r.get(k) for k in ("arm", "test_accuracy", "test_stderr", "test_prompts")} for r in test_rows])
+    run_name = html.escape(data.dir.name)
+    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>EvoTrainer report: {run_name}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}}
+h2{{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}} img{{max-width:100%}}
+table.t{{border-collapse:collapse;font-size:12px}} table.t td,table.t th{{border:1px solid #ddd;padding:3px 6px;vertical-align:top}}
+.note{{color:#555;font-size:13px}}</style></head><body>
+<h1>EvoTrainer report — run <code>{run_name}</code></h1>
+<p class="note">SFT warm start: val accuracy {data.init.get('val_accuracy', float('nan')):.3f}. Generations: {len(data.selections)}.
+Candidates backtested: {len(data.lineage)}.</p>
+<h2 id="val-per-generation">Val accuracy per generation</h2>{_img(figures['val_per_generation'], 'val accuracy per generation')}
+{_table(gens) if len(gens) else ''}
+<h2 id="training-curves">Training curves across generations</h2>{_img(figures['training_curves'], 'training curves')}
+<h2 id="lineage">Lineage</h2>{_img(figures['lineage_tree'], 'lineage tree')}
+{_table(data.lineage[lineage_cols]) if len(data.lineage) else '<p>empty</p>'}
+<h2 id="findings">Findings (diagnostic × generation)</h2>{_img(figures['findings_heatmap'], 'findings heatmap')}
+<h2 id="test">Final test score: evolved vs baseline</h2>{_img(figures['test_accuracy'], 'test accuracy')}
+{_table(test_table)}
+<p class="note">{'Paired bootstrap over %d test prompts (scipy.stats.bootstrap, 2000 resamples): difference %+.3f, 95%% CI [%+.3f, %+.3f]. This interval covers test-set sampling only, not seed-to-seed variation; see the headline experiment for that.' % (diff['prompts'], diff['difference'], diff['ci_low'], diff['ci_high']) if diff else 'No baseline arm in this run.'}</p>
+<h2 id="agent-cost">Agent cost</h2>{agent_html}
+</body></html>
+"""
+    write_text(out_html, body)
+    return figures
