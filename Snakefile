@@ -14,6 +14,7 @@ include: "workflow/rules/propose.smk"
 include: "workflow/rules/backtest.smk"
 include: "workflow/rules/select.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

@@ -46,3 +46,9 @@ def test_tiny_policy_is_a_normal_hf_directory(tmp_path):
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, loaded(ids).logits)
     assert loaded_tok.padding_side == "left" and loaded_tok.decode(ids[0, 1:]) == "1+2="
+
+
+def test_the_test_split_can_be_made_alone_and_equal(splits):
+    levels = [Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)]
+    alone = make_splits(levels, {"test": 200}, "+-", seed=7)["test"]
+    pd.testing.assert_frame_equal(alone, splits["test"])

@@ -20,9 +20,18 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 
+# noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval
+QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2"]
+
+
 def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--cores", "2", *extra, "--config", "experiment=quick", f"agent__extra_candidates={planted}"]
+            "--cores", "2", *extra, "--config", *QUICK, f"agent__extra_candidates={planted}"]
+
+
+def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evotrainer.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
 
 
 def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
@@ -91,6 +100,41 @@ def test_every_artifact_exists_and_reads_with_pandas(finished_run):
     pd.testing.assert_frame_equal(baseline_log[cols].iloc[:12], control_log[cols])
     for arm in ("evolved", "baseline"):
         assert evidence.read(run / "eval" / arm / "test_rollouts.parquet")["split"].eq("test").all()
+    for g in (0, 1):  # two training seeds per candidate, each with its own val rollouts
+        for metrics_path in (run / f"gen{g}" / "backtest").glob("*/metrics.json"):
+            metrics = json.loads(metrics_path.read_text())
+            if metrics["status"] == "ok":
+                assert len(metrics["val_accuracy_per_seed"]) == 2
+                assert (metrics_path.parent / "seed1" / "val_rollouts.parquet").exists()
+
+
+def test_noise_aware_selection_promotes_only_with_an_interval_above_min_gain(finished_run):
+    for g in (0, 1):
+        selection = json.loads((finished_run / f"gen{g}" / "selection.json").read_text())
+        assert selection["selection"] == "bootstrap" and selection["seeds"] == 2
+        for cid, interval in selection["intervals"].items():
+            assert interval["ci_low"] <= interval["gain"] <= interval["ci_high"]
+            assert interval["pairs"] == 2 * 200  # seeds x val prompts
+            if cid == selection["promoted"]:
+                assert interval["ci_low"] > selection["min_gain"]
+        if selection["promoted"] == "control":
+            assert all(i["ci_low"] <= selection["min_gain"] for i in selection["intervals"].values())
+
+
+def test_greedy_selection_on_the_same_backtests(finished_run, tmp_path):
+    from evotrainer.config import compose, to_yaml
+    from evotrainer.harness import harness_id
+    from evotrainer.stages import select
+
+    conf = tmp_path / "config.yaml"
+    conf.write_text(to_yaml(compose(["experiment=quick", "search.min_gain=-1.0"])))  # any valid candidate beats control
+    gen = finished_run / "gen0"
+    select.run(str(conf), str(gen / "candidates"), str(gen / "backtest"), harness_id(gen / "harness"),
+               str(tmp_path / "lineage.parquet"), str(tmp_path / "selection.json"), 0)
+    chosen = json.loads((tmp_path / "selection.json").read_text())
+    ok = {c["candidate_id"]: c["val_accuracy"] for c in chosen["candidates"]
+          if c["verdict"] != "failed" and c["candidate_id"] != "control"}
+    assert chosen["promoted"] == max(ok, key=ok.get)
 
 
 def test_planted_bad_diffs_fail_alone_with_labels(finished_run):
@@ -111,9 +155,53 @@ def test_lineage_has_one_row_per_candidate(finished_run):
 
 
 def test_test_split_is_never_read_before_evaluation(finished_run):
-    test_prompts = set(pd.read_parquet(finished_run / "data" / "test.parquet")["prompt"])
+    test_split = finished_run / "data" / "test.parquet"
+    test_prompts = set(pd.read_parquet(test_split)["prompt"])
     for path in finished_run.glob("gen*/**/*rollouts.parquet"):
         assert not set(pd.read_parquet(path)["prompt"]) & test_prompts, path
+    # the test split is made only after the loop's last selection (rule heldout), so nothing that
+    # diagnosed, proposed or selected could have read it
+    last_selection = max(p.stat().st_mtime_ns for p in finished_run.glob("gen*/selection.json"))
+    assert test_split.stat().st_mtime_ns > last_selection
+
+
+def test_report_has_every_section(finished_run):
+    from evotrainer.report import SECTIONS
+
+    page = (finished_run / "report.html").read_text()
+    for section in SECTIONS:
+        assert f'id="{section}"' in page
+    assert page.count("data:image/png;base64,") == 5
+    for name in ("val_per_generation", "training_curves", "lineage_tree", "findings_heatmap", "test_accuracy"):
+        assert (finished_run / "report" / f"{name}.png").stat().st_size > 5_000
+
+
+def test_cli_commands_on_a_finished_run(finished_run):
+    workdir = finished_run.parents[1]
+    for args, expected in [
+        (["status", "default"], "best val accuracy so far"),
+        (["show", "default", "1"], "candidates, generation 1"),
+        (["lineage", "default"], "lineage of default"),
+        (["compare", "default", "default"], "test: evolved"),
+        (["evidence", "validate", "results/default/gen0/rollouts.parquet"], "valid"),
+        (["report", "default"], "report.html"),
+    ]:
+        result = evotrainer(*args, cwd=workdir)
+        assert result.returncode == 0, result.stderr
+        assert expected in result.stdout, (args, result.stdout)
+    broken = workdir / "broken.parquet"
+    pd.read_parquet(finished_run / "gen0" / "rollouts.parquet").drop(columns="reward").to_parquet(broken)
+    result = evotrainer("evidence", "validate", str(broken), cwd=workdir)
+    assert result.returncode == 1 and "missing required column(s) ['reward']" in result.stdout
+
+
+def test_headline_target_compares_seeds(finished_run, planted):
+    workdir = finished_run.parents[1]
+    run_snakemake(workdir, planted, "headline", timeout=900)
+    headline = json.loads((workdir / "results" / "default-headline" / "headline.json").read_text())
+    assert headline["seeds"] == 2 and len(headline["per_seed"]) == 2
+    assert {"difference_mean", "difference_iqm", "ci_low", "ci_high", "goal_met"} <= set(headline)
+    assert (workdir / "results" / "default-headline" / "headline.png").stat().st_size > 5_000
 
 
 def test_rerunning_one_backtest_reproduces_it(finished_run, planted):
@@ -139,6 +227,7 @@ def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, planted
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
     proc.communicate(timeout=120)
     assert not (run / "summary.json").exists(), "the run finished before it could be interrupted"
+    assert not (run / "data" / "test.parquet").exists(), "the test split exists before the loop ended"
     finished_before = {p: p.stat().st_mtime_ns for p in run.glob("gen0/backtest/*/metrics.json")}
     finished_before[run / "gen0" / "rollouts.parquet"] = (run / "gen0" / "rollouts.parquet").stat().st_mtime_ns
 

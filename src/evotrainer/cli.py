@@ -18,16 +18,26 @@ def _stage_parser(sub) -> None:
             p.add_argument(f"--{a}", required=a not in ("train-log", "evidence", "candidate", "baseline-test", "baseline-metrics"))
         return p
 
-    add("data", "out-dir")
+    p = add("data", "out-dir")
+    p.add_argument("--splits", nargs="+", default=["train", "val", "probe"])
     add("init", "data-dir", "out-policy", "out-harness", "out-sft-log", "out-metrics", "threads")
     add("rollout", "policy", "harness", "prompts", "out", "generation", "threads")
     add("diagnose", "rollouts", "harness", "train-log", "out-parquet", "out-json", "out-md", "generation")
     add("propose", "diagnosis", "harness", "lineage", "out-dir", "generation")
     p = add("backtest", "policy", "harness", "candidate", "data-dir", "evidence", "out-dir", "generation", "steps", "threads")
     p.add_argument("--restarts", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=1)
     add("select", "candidates", "backtest-dir", "harness", "lineage", "out", "generation")
     add("promote", "selection", "backtest-dir", "out-policy", "out-harness", "out-train-log")
     add("evaluate", "policy", "harness", "test", "out-json", "out-rollouts", "arm", "threads")
+    p = ss.add_parser("report")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--out-html", required=True)
+    p.add_argument("--figures-dir", required=True)
+    p = ss.add_parser("headline")
+    p.add_argument("--summaries", nargs="+", required=True)
+    p.add_argument("--out-json", required=True)
+    p.add_argument("--out-png", required=True)
     p = add("summary", "init-metrics", "evolved-test", "baseline-test", "baseline-metrics", "lineage", "out-json", "out-md")
     p.add_argument("--selections", nargs="+", required=True)
 
@@ -37,7 +47,7 @@ def _run_stage(a: argparse.Namespace) -> None:
 
     if a.stage == "data":
         from evotrainer.stages import data
-        data.run(a.config, a.out_dir)
+        data.run(a.config, a.out_dir, a.splits)
     elif a.stage == "init":
         from evotrainer.stages import init
         init.run(a.config, a.data_dir, a.out_policy, a.out_harness, a.out_sft_log, a.out_metrics, int(a.threads))
@@ -53,7 +63,7 @@ def _run_stage(a: argparse.Namespace) -> None:
     elif a.stage == "backtest":
         from evotrainer.stages import backtest
         backtest.run(a.config, a.policy, a.harness, a.candidate, a.data_dir, a.evidence, a.out_dir,
-                     int(a.generation), int(a.steps), int(a.threads), restarts=a.restarts)
+                     int(a.generation), int(a.steps), int(a.threads), restarts=a.restarts, seeds=a.seeds)
     elif a.stage == "select":
         from evotrainer.harness import harness_id
         from evotrainer.stages import select
@@ -64,6 +74,12 @@ def _run_stage(a: argparse.Namespace) -> None:
     elif a.stage == "evaluate":
         from evotrainer.stages import evaluate
         evaluate.run(a.config, a.policy, a.harness, a.test, a.out_json, a.out_rollouts, a.arm, int(a.threads))
+    elif a.stage == "report":
+        from evotrainer.report import build
+        build(a.run_dir, a.out_html, a.figures_dir)
+    elif a.stage == "headline":
+        from evotrainer import headline
+        headline.run(a.summaries, a.out_json, a.out_png)
     elif a.stage == "summary":
         from evotrainer.stages import summary
         summary.run(a.init_metrics, a.selections, a.evolved_test, a.baseline_test, a.baseline_metrics, a.lineage,
@@ -76,25 +92,45 @@ def main(argv: list[str] | None = None) -> int:
     _stage_parser(sub)
     cfg = sub.add_parser("config", help="compose and validate the config; print it as YAML")
     cfg.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=quick search.generations=5")
-    lin = sub.add_parser("lineage", help="print a run's lineage table")
-    lin.add_argument("path", help="results/<run>/lineage.parquet")
+    for name, text in (("status", "generations, running jobs, best so far"), ("lineage", "every candidate tried"),
+                       ("report", "regenerate results/<run>/report.html")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run", help="run name (under --results) or run directory")
+        p.add_argument("--results", default="results")
+    p = sub.add_parser("show", help="one generation: findings, candidates, verdicts")
+    p.add_argument("run")
+    p.add_argument("generation", type=int)
+    p.add_argument("--results", default="results")
+    p = sub.add_parser("compare", help="two finished runs side by side")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--results", default="results")
+    ev = sub.add_parser("evidence", help="the rollout evidence contract")
+    ev_sub = ev.add_subparsers(dest="evidence_command", required=True)
+    p = ev_sub.add_parser("validate", help="check a parquet file against the evidence schema")
+    p.add_argument("file")
     a = parser.parse_args(argv)
     if a.command == "stage":
         _run_stage(a)
-    elif a.command == "config":
+        return 0
+    if a.command == "config":
         from evotrainer.config import ConfigError, compose, to_yaml
         try:
             print(to_yaml(compose(a.overrides)), end="")
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2
-    elif a.command == "lineage":
-        import pandas as pd
+        return 0
+    from evotrainer import inspect_cli
 
-        from evotrainer import lineage
-        with pd.option_context("display.width", 200, "display.max_columns", 12):
-            print(lineage.read(a.path)[["generation", "candidate_id", "intervention", "val_accuracy",
-                                        "delta_vs_control", "verdict", "failure_label"]].to_string(index=False))
+    if a.command == "evidence":
+        return inspect_cli.validate_evidence(a.file)
+    if a.command == "show":
+        inspect_cli.show(a.run, a.generation, a.results)
+    elif a.command == "compare":
+        inspect_cli.compare(a.run_a, a.run_b, a.results)
+    else:
+        getattr(inspect_cli, a.command)(a.run, a.results)
     return 0
 
 

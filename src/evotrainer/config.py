@@ -93,6 +93,10 @@ class SearchConf:
     min_gain: float = 0.0
     baseline: bool = True
     baseline_restarts: bool = True
+    seeds: int = 1
+    selection: str = "greedy"
+    confidence: float = 0.95
+    headline_seeds: int = 5
 
 
 @dataclass
@@ -118,12 +122,16 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rollout.split": ("probe", "train", "val"),  # never test: the protocol guard
     "agent.name": ("heuristic",),
     "search.mode": ("single",),
+    "search.selection": ("greedy", "bootstrap"),
 }
 RANGES: dict[str, tuple[float, float]] = {
     "search.generations": (1, 1000),
     "search.steps_per_generation": (1, 1_000_000),
     "agent.max_candidates": (0, 64),
     "trainer.threads": (1, 256),
+    "search.seeds": (1, 64),
+    "search.confidence": (0.5, 0.999),
+    "search.headline_seeds": (1, 100),
     "policy.sft.target_val_accuracy": (0.0, 1.1),
     "policy.sft.max_steps": (0, 1_000_000),
 }

@@ -37,7 +37,7 @@ class RunData:
     def __init__(self, run_dir: Path):
         self.dir = run_dir
         self.init = _read_json(run_dir / "init" / "metrics.json") or {}
-        gens = sorted((int(p.name[3:]) for p in run_dir.glob("gen*") if (p / "selection.json").exists()))
+        gens = sorted(int(p.name[3:]) for p in run_dir.glob("gen*") if (p / "selection.json").exists())
         self.selections = [_read_json(run_dir / f"gen{g}" / "selection.json") for g in gens]
         self.generations = gens
         self.lineage = lineage_contract.read(run_dir / "lineage.parquet")
@@ -192,7 +192,7 @@ def plot_test(data: RunData, diff: dict | None) -> bytes:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     arms = [("evolved", data.evolved_test, "#2e7d32"), ("baseline", data.baseline_test, "#ef6c00")]
     arms = [(n, m, c) for n, m, c in arms if m]
-    for i, (name, metrics, colour) in enumerate(arms):
+    for i, (_name, metrics, colour) in enumerate(arms):
         err = 1.96 * (metrics.get("test_stderr") or 0.0)
         ax.bar(i, metrics["test_accuracy"], yerr=err, color=colour, capsize=6, alpha=0.85)
         ax.text(i, metrics["test_accuracy"] + err + 0.01, f"{metrics['test_accuracy']:.3f}", ha="center", fontsize=9)
@@ -210,6 +210,14 @@ def _table(frame: pd.DataFrame) -> str:
 
 def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"/>'
+
+
+def _test_note(diff: dict | None) -> str:
+    if not diff:
+        return "No baseline arm in this run."
+    return (f"Paired bootstrap over {diff['prompts']} test prompts (scipy.stats.bootstrap, 2000 resamples): "
+            f"difference {diff['difference']:+.3f}, 95% CI [{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]. This interval "
+            "covers test-set sampling only, not seed-to-seed variation; the headline experiment measures that.")
 
 
 def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | None = None) -> dict[str, bytes]:
@@ -255,7 +263,7 @@ Candidates backtested: {len(data.lineage)}.</p>
 <h2 id="findings">Findings (diagnostic × generation)</h2>{_img(figures['findings_heatmap'], 'findings heatmap')}
 <h2 id="test">Final test score: evolved vs baseline</h2>{_img(figures['test_accuracy'], 'test accuracy')}
 {_table(test_table)}
-<p class="note">{'Paired bootstrap over %d test prompts (scipy.stats.bootstrap, 2000 resamples): difference %+.3f, 95%% CI [%+.3f, %+.3f]. This interval covers test-set sampling only, not seed-to-seed variation; see the headline experiment for that.' % (diff['prompts'], diff['difference'], diff['ci_low'], diff['ci_high']) if diff else 'No baseline arm in this run.'}</p>
+<p class="note">{_test_note(diff)}</p>
 <h2 id="agent-cost">Agent cost</h2>{agent_html}
 </body></html>
 """

@@ -10,15 +10,20 @@ rule backtest:
         val=f"{R}/data/val.parquet",
     output:
         metrics=f"{R}/gen{{g}}/backtest/{{cid}}/metrics.json",
+    params:
+        conf=run_config,
+        data=lambda wc: f"{run_dir(wc)}/data",
+        out=lambda wc: f"{run_dir(wc)}/gen{wc.g}/backtest/{wc.cid}",
+        seeds=CFG.search.seeds,
     threads: TRAIN_THREADS
     benchmark:
         f"{R}/benchmarks/gen{{g}}/backtest_{{cid}}.tsv"
     log:
         f"{R}/logs/gen{{g}}/backtest_{{cid}}.log",
     shell:
-        "{EVO} backtest --config {CONF} --policy {input.policy} --harness {input.harness}"
-        " --candidate {input.candidates}/{wildcards.cid} --data-dir {R}/data --evidence {input.rollouts}"
-        " --out-dir {R}/gen{wildcards.g}/backtest/{wildcards.cid} --generation {wildcards.g} --steps {STEPS}"
+        "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --candidate {input.candidates}/{wildcards.cid} --data-dir {params.data} --evidence {input.rollouts}"
+        " --out-dir {params.out} --generation {wildcards.g} --steps {STEPS} --seeds {params.seeds}"
         " --threads {threads} > {log} 2>&1"
 
 
@@ -32,15 +37,18 @@ rule baseline:
         val=f"{R}/data/val.parquet",
     output:
         metrics=f"{R}/baseline/metrics.json",
+    params:
+        conf=run_config,
+        data=lambda wc: f"{run_dir(wc)}/data",
+        out=lambda wc: f"{run_dir(wc)}/baseline",
+        steps=G * STEPS,
+        restarts=G if CFG.search.baseline_restarts else 1,
     threads: TRAIN_THREADS
     benchmark:
         f"{R}/benchmarks/baseline.tsv"
     log:
         f"{R}/logs/baseline.log",
-    params:
-        steps=G * STEPS,
-        restarts=G if CFG.search.baseline_restarts else 1,
     shell:
-        "{EVO} backtest --config {CONF} --policy {input.policy} --harness {input.harness}"
-        " --data-dir {R}/data --out-dir {R}/baseline --generation 0 --steps {params.steps} --restarts {params.restarts}"
-        " --threads {threads} > {log} 2>&1"
+        "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
+        " --restarts {params.restarts} --threads {threads} > {log} 2>&1"

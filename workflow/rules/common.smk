@@ -1,74 +1,108 @@
-# Compose and validate the config once; define the run root, the CLI, and the input functions.
+# Compose and validate the config once; define the run layout, the CLI, and the input functions.
+# Every path is results/<run>/...; {run} is a wildcard so that one invocation can hold several runs
+# (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
 
 from evotrainer.atomic import write_text
-from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml
+from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml, validate
 
 try:
     CFG = compose(overrides_from_snakemake(config))
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
-R = f"{CFG.results_dir}/{CFG.run}"  # the run root: every artifact of this run lives below it
+RESULTS = CFG.results_dir
+RUN = CFG.run
 G = CFG.search.generations
 STEPS = CFG.search.steps_per_generation
-CONF = f"{R}/config.yaml"
-EVO = f"{sys.executable} -m evotrainer.cli stage"  # the interpreter running snakemake has evotrainer
 TRAIN_THREADS = CFG.trainer.threads
+EVO = f"{sys.executable} -m evotrainer.cli stage"  # the interpreter running snakemake has evotrainer
+R = f"{RESULTS}/{{run}}"  # prefix of every per-run path pattern
 
-# The resolved config is rewritten only when it changes, so an unchanged rerun touches nothing.
-_resolved = to_yaml(CFG)
-if not Path(CONF).exists() or Path(CONF).read_text() != _resolved:
-    write_text(CONF, _resolved)
+# The headline experiment: the same config under seeds 0..S-1, as runs <run>-seed<s>.
+HEADLINE_RUNS = {f"{RUN}-seed{s}": s for s in range(CFG.search.headline_seeds)}
+RUN_CONFIGS = {RUN: CFG} | {
+    name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed})) for name, seed in HEADLINE_RUNS.items()
+}
+
+# Resolved configs are rewritten only when they change, so an unchanged rerun touches nothing.
+for _name, _cfg in RUN_CONFIGS.items():
+    _path, _text = Path(f"{RESULTS}/{_name}/config.yaml"), to_yaml(_cfg)
+    if not _path.exists() or _path.read_text() != _text:
+        write_text(_path, _text)
 
 
 wildcard_constraints:
+    run="|".join(RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
     arm=r"evolved|baseline",
 
 
-SPLITS = ["train", "val", "test", "probe"]
+def run_dir(wildcards):
+    return f"{RESULTS}/{wildcards.run}"
 
 
-def data_files():
-    return {split: f"{R}/data/{split}.parquet" for split in SPLITS}
+def run_config(wildcards):
+    return f"{RESULTS}/{wildcards.run}/config.yaml"
+
+
+def loop_data():
+    return {split: f"{R}/data/{split}.parquet" for split in ("train", "val", "probe")}
 
 
 def candidate_ids(wildcards):
     """The candidates propose decided on at run time (checkpoint)."""
-    folder = checkpoints.propose.get(g=wildcards.g).output.candidates
+    folder = checkpoints.propose.get(run=wildcards.run, g=wildcards.g).output.candidates
     return sorted(glob_wildcards(f"{folder}/{{cid}}/proposal.json").cid)
 
 
 def backtest_metrics(wildcards):
-    return [f"{R}/gen{wildcards.g}/backtest/{cid}/metrics.json" for cid in candidate_ids(wildcards)]
+    return [f"{RESULTS}/{wildcards.run}/gen{wildcards.g}/backtest/{cid}/metrics.json" for cid in candidate_ids(wildcards)]
 
 
 def parent_train_log(wildcards):
     """The train log of the run that produced this generation's policy (none for gen0)."""
-    return [] if int(wildcards.g) == 0 else [f"{R}/gen{wildcards.g}/parent_train_log.parquet"]
+    if int(wildcards.g) == 0:
+        return []
+    return [f"{RESULTS}/{wildcards.run}/gen{wildcards.g}/parent_train_log.parquet"]
 
 
 def previous_selection(wildcards):
-    return f"{R}/gen{int(wildcards.g) - 1}/selection.json"
+    return f"{RESULTS}/{wildcards.run}/gen{int(wildcards.g) - 1}/selection.json"
+
+
+def all_selections(wildcards):
+    return [f"{RESULTS}/{wildcards.run}/gen{g}/selection.json" for g in range(G)]
+
+
+def final_policy(wildcards):
+    return f"{RESULTS}/{wildcards.run}/gen{G}/policy"
 
 
 def arm_policy(wildcards):
-    return f"{R}/gen{G}/policy" if wildcards.arm == "evolved" else f"{R}/baseline/policy"
-
-
-def arm_harness(wildcards):
-    return f"{R}/gen{G}/harness" if wildcards.arm == "evolved" else f"{R}/gen0/harness"
+    return final_policy(wildcards) if wildcards.arm == "evolved" else f"{RESULTS}/{wildcards.run}/baseline/policy"
 
 
 def arm_inputs(wildcards):
-    done = f"{R}/gen{G}/policy" if wildcards.arm == "evolved" else f"{R}/baseline/metrics.json"
-    return {"done": done, "harness": arm_harness(wildcards), "test": data_files()["test"]}
+    root = f"{RESULTS}/{wildcards.run}"
+    return {
+        "done": final_policy(wildcards) if wildcards.arm == "evolved" else f"{root}/baseline/metrics.json",
+        "harness": f"{root}/gen{G}/harness" if wildcards.arm == "evolved" else f"{root}/gen0/harness",
+        "test": f"{root}/data/test.parquet",
+    }
+
+
+def baseline_inputs(wildcards):
+    root = f"{RESULTS}/{wildcards.run}"
+    if not CFG.search.baseline:
+        return {}
+    return {"test": f"{root}/eval/baseline/test_metrics.json", "metrics": f"{root}/baseline/metrics.json"}
 
 
 def final_outputs():
-    return [f"{R}/summary.json", f"{R}/summary.md"]
+    return [f"{RESULTS}/{RUN}/summary.json", f"{RESULTS}/{RUN}/report.html"]

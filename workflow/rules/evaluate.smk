@@ -1,40 +1,58 @@
-# Scored once, after the last generation, on the test split that nothing before has read.
+# The test split is made only once the loop's final policy exists, and read only by `evaluate`:
+# nothing that diagnoses, proposes or selects can have seen it.
+rule heldout:
+    input:
+        final_policy,
+    output:
+        f"{R}/data/test.parquet",
+    params:
+        conf=run_config,
+        out=lambda wc: f"{run_dir(wc)}/data",
+    log:
+        f"{R}/logs/heldout.log",
+    shell:
+        "{EVO} data --config {params.conf} --out-dir {params.out} --splits test > {log} 2>&1"
+
+
 rule evaluate:
     input:
         unpack(arm_inputs),
     output:
         metrics=f"{R}/eval/{{arm}}/test_metrics.json",
         rollouts=f"{R}/eval/{{arm}}/test_rollouts.parquet",
+    params:
+        conf=run_config,
+        policy=arm_policy,
     threads: TRAIN_THREADS
     benchmark:
         f"{R}/benchmarks/evaluate_{{arm}}.tsv"
     log:
         f"{R}/logs/evaluate_{{arm}}.log",
-    params:
-        policy=arm_policy,
     shell:
-        "{EVO} evaluate --config {CONF} --policy {params.policy} --harness {input.harness} --test {input.test}"
-        " --out-json {output.metrics} --out-rollouts {output.rollouts} --arm {wildcards.arm} --threads {threads}"
-        " > {log} 2>&1"
+        "{EVO} evaluate --config {params.conf} --policy {params.policy} --harness {input.harness}"
+        " --test {input.test} --out-json {output.metrics} --out-rollouts {output.rollouts} --arm {wildcards.arm}"
+        " --threads {threads} > {log} 2>&1"
 
 
 rule summary:
     input:
+        unpack(baseline_inputs),
         init=f"{R}/init/metrics.json",
-        selections=[f"{R}/gen{g}/selection.json" for g in range(G)],
+        selections=all_selections,
         evolved=f"{R}/eval/evolved/test_metrics.json",
-        baseline=[f"{R}/eval/baseline/test_metrics.json", f"{R}/baseline/metrics.json"] if CFG.search.baseline else [],
     output:
         json=f"{R}/summary.json",
         md=f"{R}/summary.md",
+    params:
+        conf=run_config,
+        lineage=lambda wc: f"{run_dir(wc)}/lineage.parquet",
+        baseline=lambda wc, input: (f"--baseline-test {input.test} --baseline-metrics {input.metrics}"
+                                    if "test" in input.keys() else ""),
     benchmark:
         f"{R}/benchmarks/summary.tsv"
     log:
         f"{R}/logs/summary.log",
-    params:
-        baseline=lambda wc, input: (f"--baseline-test {input.baseline[0]} --baseline-metrics {input.baseline[1]}"
-                                    if input.baseline else ""),
     shell:
-        "{EVO} summary --config {CONF} --init-metrics {input.init} --selections {input.selections}"
-        " --evolved-test {input.evolved} {params.baseline} --lineage {R}/lineage.parquet"
+        "{EVO} summary --config {params.conf} --init-metrics {input.init} --selections {input.selections}"
+        " --evolved-test {input.evolved} {params.baseline} --lineage {params.lineage}"
         " --out-json {output.json} --out-md {output.md} > {log} 2>&1"

@@ -1,27 +1,35 @@
+# The loop's splits; the test split is made later by `heldout` (evaluate.smk).
 rule data:
     output:
-        **data_files(),
+        **loop_data(),
+    params:
+        conf=run_config,
+        out=lambda wc: f"{run_dir(wc)}/data",
     benchmark:
         f"{R}/benchmarks/data.tsv"
     log:
         f"{R}/logs/data.log",
     shell:
-        "{EVO} data --config {CONF} --out-dir {R}/data > {log} 2>&1"
+        "{EVO} data --config {params.conf} --out-dir {params.out} --splits train val probe > {log} 2>&1"
 
 
 rule init:
     input:
-        **data_files(),
+        **loop_data(),
     output:
         policy=directory(f"{R}/gen0/policy"),
         harness=directory(f"{R}/gen0/harness"),
         sft_log=f"{R}/init/sft_log.parquet",
         metrics=f"{R}/init/metrics.json",
+    params:
+        conf=run_config,
+        data=lambda wc: f"{run_dir(wc)}/data",
     threads: 2
     benchmark:
         f"{R}/benchmarks/init.tsv"
     log:
         f"{R}/logs/init.log",
     shell:
-        "{EVO} init --config {CONF} --data-dir {R}/data --out-policy {output.policy} --out-harness {output.harness}"
-        " --out-sft-log {output.sft_log} --out-metrics {output.metrics} --threads {threads} > {log} 2>&1"
+        "{EVO} init --config {params.conf} --data-dir {params.data} --out-policy {output.policy}"
+        " --out-harness {output.harness} --out-sft-log {output.sft_log} --out-metrics {output.metrics}"
+        " --threads {threads} > {log} 2>&1"

@@ -5,10 +5,13 @@ checkpoint propose:
         harness=f"{R}/gen{{g}}/harness",
     output:
         candidates=directory(f"{R}/gen{{g}}/candidates"),
+    params:
+        conf=run_config,
+        lineage=lambda wc: f"{run_dir(wc)}/lineage.parquet",
     benchmark:
         f"{R}/benchmarks/gen{{g}}/propose.tsv"
     log:
         f"{R}/logs/gen{{g}}/propose.log",
     shell:
-        "{EVO} propose --config {CONF} --diagnosis {input.diagnosis} --harness {input.harness}"
-        " --lineage {R}/lineage.parquet --out-dir {output.candidates} --generation {wildcards.g} > {log} 2>&1"
+        "{EVO} propose --config {params.conf} --diagnosis {input.diagnosis} --harness {input.harness}"
+        " --lineage {params.lineage} --out-dir {output.candidates} --generation {wildcards.g} > {log} 2>&1"

@@ -5,11 +5,13 @@ rule rollout:
         prompts=f"{R}/data/{CFG.rollout.split}.parquet",
     output:
         f"{R}/gen{{g}}/rollouts.parquet",
+    params:
+        conf=run_config,
     threads: TRAIN_THREADS
     benchmark:
         f"{R}/benchmarks/gen{{g}}/rollout.tsv"
     log:
         f"{R}/logs/gen{{g}}/rollout.log",
     shell:
-        "{EVO} rollout --config {CONF} --policy {input.policy} --harness {input.harness} --prompts {input.prompts}"
-        " --out {output} --generation {wildcards.g} --threads {threads} > {log} 2>&1"
+        "{EVO} rollout --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --prompts {input.prompts} --out {output} --generation {wildcards.g} --threads {threads} > {log} 2>&1"

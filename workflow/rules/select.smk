@@ -5,13 +5,17 @@ rule select:
         metrics=backtest_metrics,
     output:
         f"{R}/gen{{g}}/selection.json",
+    params:
+        conf=run_config,
+        backtests=lambda wc: f"{run_dir(wc)}/gen{wc.g}/backtest",
+        lineage=lambda wc: f"{run_dir(wc)}/lineage.parquet",
     benchmark:
         f"{R}/benchmarks/gen{{g}}/select.tsv"
     log:
         f"{R}/logs/gen{{g}}/select.log",
     shell:
-        "{EVO} select --config {CONF} --candidates {input.candidates} --backtest-dir {R}/gen{wildcards.g}/backtest"
-        " --harness {input.harness} --lineage {R}/lineage.parquet --out {output} --generation {wildcards.g}"
+        "{EVO} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
+        " --harness {input.harness} --lineage {params.lineage} --out {output} --generation {wildcards.g}"
         " > {log} 2>&1"
 
 
@@ -25,12 +29,13 @@ rule promote:
         train_log=f"{R}/gen{{g}}/parent_train_log.parquet",
     wildcard_constraints:
         g=r"[1-9]\d*",
+    params:
+        conf=run_config,
+        backtests=lambda wc: f"{run_dir(wc)}/gen{int(wc.g) - 1}/backtest",
     benchmark:
         f"{R}/benchmarks/gen{{g}}/promote.tsv"
     log:
         f"{R}/logs/gen{{g}}/promote.log",
-    params:
-        backtest_dir=lambda wc: f"{R}/gen{int(wc.g) - 1}/backtest",
     shell:
-        "{EVO} promote --config {CONF} --selection {input} --backtest-dir {params.backtest_dir}"
+        "{EVO} promote --config {params.conf} --selection {input} --backtest-dir {params.backtests}"
         " --out-policy {output.policy} --out-harness {output.harness} --out-train-log {output.train_log} > {log} 2>&1"

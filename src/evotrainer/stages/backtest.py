@@ -19,10 +19,12 @@ from evotrainer.candidate import CandidateError, apply_diff, check_harness
 from evotrainer.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import config, read_split
 
+SEED_STRIDE = 7919  # seed offset between the training seeds of one backtest
+
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
-        split_name: str = "val", restarts: int = 1) -> None:
+        split_name: str = "val", restarts: int = 1, seeds: int = 1) -> None:
     """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
     a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
     with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control."""
@@ -47,8 +49,18 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": err.label, "error": str(err)})
         return
     try:
-        metrics = _train_and_score(cfg, parent_policy, out / "harness", data_dir, evidence_path, out, generation,
-                                   steps, threads, split_name, restarts)
+        per_seed = []
+        for seed_index in range(seeds):
+            seed_out = out if seed_index == 0 else out / f"seed{seed_index}"
+            per_seed.append(_train_and_score(cfg, parent_policy, out / "harness", data_dir, evidence_path, seed_out,
+                                             generation, steps, threads, split_name, restarts, seed_index))
+        metrics = per_seed[0] | {
+            f"{split_name}_accuracy": sum(m[f"{split_name}_accuracy"] for m in per_seed) / seeds,
+            f"{split_name}_accuracy_per_seed": [m[f"{split_name}_accuracy"] for m in per_seed],
+            "seeds": seeds,
+            "train_wall_s": sum(m["train_wall_s"] for m in per_seed),
+            "samples_generated": sum(m["samples_generated"] for m in per_seed),
+        }
     except Exception as err:  # a crash in candidate code or training fails this candidate only
         (out / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": "train_crash",
@@ -58,7 +70,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
 
 
 def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_path, out: Path, generation: int,
-                     steps: int, threads: int, split_name: str, restarts: int) -> dict:
+                     steps: int, threads: int, split_name: str, restarts: int, seed_index: int = 0) -> dict:
     device = runtime.setup_torch(threads, cfg.trainer.device)
     import pandas as pd
     import torch
@@ -75,7 +87,8 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
     model, tokenizer = load_policy(parent_policy, device)
     if steps % restarts:
         raise ValueError(f"steps ({steps}) must divide evenly into {restarts} restarts")
-    seed = cfg.seed * 1000 + generation  # same seed for every candidate of a generation: paired comparison
+    # the same seeds for every candidate of a generation: a paired comparison
+    seed = cfg.seed * 1000 + generation + SEED_STRIDE * seed_index
     start = time.time()
     logs = []
     for chunk in range(restarts):
@@ -85,6 +98,7 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
     log = pd.concat(logs, ignore_index=True)
     train_wall = time.time() - start
     model.eval()
+    out.mkdir(parents=True, exist_ok=True)
     with atomic_dir(out / "policy") as tmp:
         save_policy(model.cpu(), tokenizer, tmp)
     write_parquet(out / "train_log.parquet", log)

@@ -1,4 +1,4 @@
-"""Stage `data`: seeded train/val/test/probe splits of the task."""
+"""Stage `data`: seeded splits of the task (each split from its own seeded generator)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from evotrainer.stages.common import config
 from evotrainer.tasks.arithmetic import Level, make_splits
 
 
-def run(config_path: str, out_dir: str) -> None:
+def run(config_path: str, out_dir: str, splits: list[str]) -> None:
+    """Write the named splits. The workflow makes train/val/probe up front and the test split only
+    after the loop has finished (rule heldout), so nothing before evaluation can read it."""
     cfg = config(config_path)
     levels = [Level(lv.operands, lv.max_value, lv.weight) for lv in cfg.task.levels]
-    splits = make_splits(levels, dict(cfg.task.sizes), cfg.task.ops, cfg.task.seed)
-    for split, frame in splits.items():
+    sizes = {split: cfg.task.sizes[split] for split in splits}
+    for split, frame in make_splits(levels, sizes, cfg.task.ops, cfg.task.seed).items():
         write_parquet(Path(out_dir) / f"{split}.parquet", frame)

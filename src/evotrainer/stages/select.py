@@ -29,9 +29,17 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         )
     control_acc = control["val_accuracy"]
     valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL}
-    best = max(valid, key=lambda c: (valid[c]["val_accuracy"], -cids.index(c)), default=None)
-    gain = valid[best]["val_accuracy"] - control_acc if best else float("-inf")
-    promoted = best if best is not None and gain > cfg.search.min_gain else CONTROL
+    intervals: dict[str, dict] = {}
+    if cfg.search.selection == "bootstrap":
+        for cid in valid:
+            intervals[cid] = paired_gain_interval(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL,
+                                                  cfg.search.seeds, cfg.search.confidence)
+        eligible = {c: m for c, m in valid.items() if intervals[c]["ci_low"] > cfg.search.min_gain}
+    else:
+        eligible = {c: m for c, m in valid.items() if m["val_accuracy"] - control_acc > cfg.search.min_gain}
+    best = max(eligible, key=lambda c: (eligible[c]["val_accuracy"], -cids.index(c)), default=None)
+    gain = eligible[best]["val_accuracy"] - control_acc if best else float("-inf")
+    promoted = best if best is not None else CONTROL
 
     rows = []
     for cid in cids:
@@ -64,11 +72,43 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         "promoted_val_accuracy": metrics[promoted]["val_accuracy"],
         "gain_vs_control": metrics[promoted]["val_accuracy"] - control_acc,
         "min_gain": cfg.search.min_gain,
-        "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain})" if promoted != CONTROL
-                   else "no candidate beat control by more than min_gain; control's policy continues"),
+        "selection": cfg.search.selection,
+        "seeds": cfg.search.seeds,
+        "intervals": intervals,
+        "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain}"
+                   + (f"; {cfg.search.confidence:.0%} interval low {intervals[promoted]['ci_low']:+.3f}" if intervals else "")
+                   + ")" if promoted != CONTROL
+                   else "no candidate beat control by more than min_gain"
+                   + (" with its interval" if intervals else "") + "; control's policy continues"),
         "candidates": [{k: r[k] for k in ("candidate_id", "intervention", "val_accuracy", "delta_vs_control",
                                           "verdict", "failure_label")} for r in rows],
     })
+
+
+def _val_correct(backtest: Path, seeds: int) -> pd.Series:
+    frames = []
+    for s in range(seeds):
+        path = backtest / ("val_rollouts.parquet" if s == 0 else f"seed{s}/val_rollouts.parquet")
+        frame = pd.read_parquet(path, columns=["prompt_id", "correct"])
+        frames.append(frame.assign(key=f"{s}:" + frame["prompt_id"]).set_index("key")["correct"])
+    return pd.concat(frames).astype(float)
+
+
+def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence: float) -> dict:
+    """Bootstrap interval of (candidate - control) val accuracy, paired over (seed, val prompt)."""
+    from scipy.stats import bootstrap
+
+    cand, ctrl = _val_correct(candidate, seeds), _val_correct(control, seeds)
+    common = cand.index.intersection(ctrl.index)
+    x, y = cand.loc[common].to_numpy(), ctrl.loc[common].to_numpy()
+    gain = float(x.mean() - y.mean())
+    if (x == y).all():
+        return {"gain": gain, "ci_low": gain, "ci_high": gain, "pairs": int(len(x))}
+    result = bootstrap((x, y), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis), paired=True,
+                       vectorized=True, n_resamples=2000, confidence_level=confidence, method="percentile",
+                       random_state=0)
+    return {"gain": gain, "ci_low": float(result.confidence_interval.low),
+            "ci_high": float(result.confidence_interval.high), "pairs": int(len(x))}
 
 
 def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:

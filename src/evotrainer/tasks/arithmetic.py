@@ -70,10 +70,10 @@ def make_splits(levels: list[Level], sizes: dict[str, int], ops: str, seed: int)
     unknown = set(sizes) - set(PARTITION_OF_SPLIT)
     if unknown:
         raise ValueError(f"task.sizes: unknown split(s) {sorted(unknown)}; allowed: {sorted(PARTITION_OF_SPLIT)}")
-    rng = random.Random(seed)
     weights = [lv.weight for lv in levels]
     splits: dict[str, pd.DataFrame] = {}
     for split, size in sizes.items():
+        rng = random.Random(f"{seed}:{split}")  # per split: the test split can be made alone, later
         partition = PARTITION_OF_SPLIT[split]
         rows: list[dict] = []
         seen: set[str] = set()

@@ -1,0 +1,175 @@
+"""The commands people use to look at runs: status, show, lineage, compare, evidence validate, report."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from evotrainer import lineage as lineage_contract
+
+console = Console()
+
+
+def resolve_run(run: str, results: str = "results") -> Path:
+    path = Path(run)
+    if not (path / "config.yaml").exists():
+        path = Path(results) / run
+    if not (path / "config.yaml").exists():
+        raise SystemExit(f"no run '{run}': neither {run}/config.yaml nor {path}/config.yaml exists")
+    return path
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _text(value) -> str:
+    return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def running_outputs(run_dir: Path, workdir: Path = Path(".")) -> list[str]:
+    """Outputs of jobs Snakemake has started and not finished (its .snakemake/incomplete markers)."""
+    markers = workdir / ".snakemake" / "incomplete"
+    out = []
+    for marker in markers.glob("*") if markers.exists() else []:
+        try:
+            name = base64.b64decode(marker.name.replace("@", "/")).decode()
+        except ValueError:
+            continue
+        if str(run_dir) in name:
+            out.append(name)
+    return sorted(out)
+
+
+def status(run: str, results: str = "results") -> None:
+    run_dir = resolve_run(run, results)
+    import yaml
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    total = cfg["search"]["generations"]
+    table = Table(title=f"run {run_dir.name}: {total} generations planned")
+    for col in ("gen", "rollout", "diagnosis", "candidates", "backtests", "promoted", "val acc", "control"):
+        table.add_column(col)
+    best = None
+    for g in range(total):
+        gen = run_dir / f"gen{g}"
+        cands = [p.name for p in (gen / "candidates").iterdir() if p.is_dir()] if (gen / "candidates").exists() else []
+        done = sum((gen / "backtest" / c / "metrics.json").exists() for c in cands)
+        sel = json.loads((gen / "selection.json").read_text()) if (gen / "selection.json").exists() else None
+        if sel:
+            best = max(best or 0.0, sel["promoted_val_accuracy"])
+        table.add_row(str(g), "✓" if (gen / "rollouts.parquet").exists() else "", "✓" if (gen / "diagnosis.json").exists() else "",
+                      str(len(cands)) if cands else "", f"{done}/{len(cands)}" if cands else "",
+                      f"{sel['promoted']} ({sel['intervention']})" if sel else "", _fmt(sel and sel["promoted_val_accuracy"]),
+                      _fmt(sel and sel["control_val_accuracy"]))
+    console.print(table)
+    running = running_outputs(run_dir)
+    console.print(f"running jobs: {len(running)}" + "".join(f"\n  {r}" for r in running))
+    console.print(f"best val accuracy so far: {_fmt(best)}")
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        s = json.loads(summary.read_text())
+        console.print(f"finished: test accuracy evolved {_fmt(s['evolved_test_accuracy'])}, "
+                      f"baseline {_fmt(s['baseline_test_accuracy'])}")
+
+
+def show(run: str, generation: int, results: str = "results") -> None:
+    gen = resolve_run(run, results) / f"gen{generation}"
+    if not gen.exists():
+        raise SystemExit(f"{gen} does not exist")
+    if (gen / "diagnostics.parquet").exists():
+        findings = pd.read_parquet(gen / "diagnostics.parquet")
+        order = {"critical": 0, "warn": 1, "ok": 2, "info": 3}
+        findings = findings.assign(_o=findings["severity"].map(order)).sort_values(["_o", "name"])
+        table = Table(title=f"findings, generation {generation}")
+        for col in ("severity", "layer", "name", "value", "threshold"):
+            table.add_column(col)
+        colours = {"critical": "red", "warn": "yellow", "ok": "green", "info": "dim"}
+        for r in findings.itertuples():
+            table.add_row(f"[{colours[r.severity]}]{r.severity}[/]", r.layer, r.name, _fmt(r.value), _fmt(r.threshold, 2))
+        console.print(table)
+    table = Table(title=f"candidates, generation {generation}")
+    for col in ("id", "intervention", "valid", "val acc", "Δ control", "verdict", "label / hypothesis"):
+        table.add_column(col, overflow="fold")
+    sel = json.loads((gen / "selection.json").read_text()) if (gen / "selection.json").exists() else {"candidates": []}
+    verdicts = {c["candidate_id"]: c for c in sel["candidates"]}
+    for folder in sorted(p for p in (gen / "candidates").iterdir() if p.is_dir()) if (gen / "candidates").exists() else []:
+        proposal = json.loads((folder / "proposal.json").read_text())
+        metrics_path = gen / "backtest" / folder.name / "metrics.json"
+        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+        v = verdicts.get(folder.name, {})
+        table.add_row(folder.name, proposal["intervention"], "yes" if proposal["validation"]["ok"] else "no",
+                      _fmt(metrics.get("val_accuracy")), _fmt(v.get("delta_vs_control")), v.get("verdict", "…"),
+                      _text(metrics.get("failure_label")) or proposal["hypothesis"])
+    console.print(table)
+    if sel.get("reason"):
+        console.print(f"selection: {sel['reason']}", soft_wrap=True)
+
+
+def lineage(run: str, results: str = "results") -> None:
+    table_df = lineage_contract.read(resolve_run(run, results) / "lineage.parquet")
+    table = Table(title=f"lineage of {run} ({len(table_df)} candidates)")
+    for col in ("gen", "id", "intervention", "val acc", "Δ control", "verdict", "failure"):
+        table.add_column(col)
+    colours = {"promoted": "green", "kept": "blue", "rejected": "dim", "failed": "red"}
+    for r in table_df.itertuples():
+        table.add_row(str(r.generation), r.candidate_id, r.intervention, _fmt(r.val_accuracy), _fmt(r.delta_vs_control),
+                      f"[{colours.get(r.verdict, 'white')}]{r.verdict}[/]", _text(r.failure_label))
+    console.print(table)
+
+
+def compare(run_a: str, run_b: str, results: str = "results") -> None:
+    summaries = []
+    for run in (run_a, run_b):
+        path = resolve_run(run, results) / "summary.json"
+        if not path.exists():
+            raise SystemExit(f"{run} has not finished (no {path})")
+        summaries.append(json.loads(path.read_text()))
+    table = Table(title=f"{run_a} vs {run_b}")
+    table.add_column("")
+    table.add_column(run_a)
+    table.add_column(run_b)
+    table.add_row("SFT val", _fmt(summaries[0]["init_val_accuracy"]), _fmt(summaries[1]["init_val_accuracy"]))
+    for g in range(max(len(s["generations"]) for s in summaries)):
+        cells = [f"{s['generations'][g]['intervention']} {_fmt(s['generations'][g]['val_accuracy'])}"
+                 if g < len(s["generations"]) else "" for s in summaries]
+        table.add_row(f"gen {g} promoted (val)", *cells)
+    table.add_row("test: evolved", *[_fmt(s["evolved_test_accuracy"]) for s in summaries])
+    table.add_row("test: baseline", *[_fmt(s["baseline_test_accuracy"]) for s in summaries])
+    table.add_row("candidates tried", *[str(s["candidates_tried"]) for s in summaries])
+    console.print(table)
+
+
+def validate_evidence(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    from evotrainer import evidence
+
+    try:
+        frame = evidence.read(path)
+    except evidence.EvidenceError as err:
+        console.print(f"[red]invalid:[/] {err}", soft_wrap=True)
+        return 1
+    except (OSError, ValueError) as err:
+        console.print(f"[red]unreadable:[/] {path}: {err}", soft_wrap=True)
+        return 1
+    meta = pq.read_schema(path).metadata or {}
+    version = meta.get(b"evotrainer.evidence_schema", b"(none)").decode()
+    console.print(f"[green]valid[/] evidence: {len(frame)} rows, {frame['group_id'].nunique()} groups, "
+                  f"schema version {version}", soft_wrap=True)
+    return 0
+
+
+def report(run: str, results: str = "results") -> None:
+    from evotrainer.report import build
+
+    run_dir = resolve_run(run, results)
+    build(run_dir, run_dir / "report.html", run_dir / "report")
+    console.print(f"wrote {run_dir / 'report.html'}")

@@ -1,0 +1,37 @@
+# The run's HTML report (self-contained), and its figures registered for `snakemake --report`.
+FIGURES = ["val_per_generation", "training_curves", "lineage_tree", "findings_heatmap", "test_accuracy"]
+
+
+rule report:
+    input:
+        summary=f"{R}/summary.json",
+    output:
+        html=f"{R}/report.html",
+        figures=[
+            report(f"{R}/report/{name}.png", caption=f"../report/{name}.rst", category="EvoTrainer", subcategory="{run}")
+            for name in FIGURES
+        ],
+    params:
+        run_dir=run_dir,
+        figures=lambda wc: f"{run_dir(wc)}/report",
+    benchmark:
+        f"{R}/benchmarks/report.tsv"
+    log:
+        f"{R}/logs/report.log",
+    shell:
+        "{EVO} report --run-dir {params.run_dir} --out-html {output.html} --figures-dir {params.figures} > {log} 2>&1"
+
+
+# `snakemake headline --cores 2`: the whole loop and the fixed-harness baseline under S seeds
+# (search.headline_seeds), then the difference in test accuracy with a bootstrap interval.
+rule headline:
+    input:
+        summaries=[f"{RESULTS}/{name}/summary.json" for name in HEADLINE_RUNS],
+        reports=[f"{RESULTS}/{name}/report.html" for name in HEADLINE_RUNS],
+    output:
+        json=f"{RESULTS}/{RUN}-headline/headline.json",
+        png=report(f"{RESULTS}/{RUN}-headline/headline.png", caption="../report/headline.rst", category="Headline"),
+    log:
+        f"{RESULTS}/{RUN}-headline/headline.log",
+    shell:
+        "{EVO} headline --summaries {input.summaries} --out-json {output.json} --out-png {output.png} > {log} 2>&1"
