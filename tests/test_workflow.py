@@ -67,6 +67,12 @@ def test_dry_run_shows_the_plan(tmp_path, planted):
     assert not (tmp_path / "results" / "default" / "data").exists()
 
 
+def test_a_hundred_generation_plan_builds(tmp_path, planted):
+    # regression: Snakemake's recursive DAG build hit Python's recursion limit near 100 generations
+    result = run_snakemake(tmp_path, planted, "-n", "--config", "search__generations=100")
+    assert "checkpoint propose:" in result.stdout + result.stderr
+
+
 def test_every_artifact_exists_and_reads_with_pandas(finished_run):
     run = finished_run
     for g in (0, 1):

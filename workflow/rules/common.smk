@@ -10,6 +10,10 @@ from snakemake.exceptions import WorkflowError
 from evotrainer.atomic import write_text
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml, validate
 
+# Snakemake resolves dependencies recursively and every generation nests ~6 levels (promote -> select
+# -> backtest -> policy -> ...); Python's default limit of 1000 breaks the DAG near 100 generations.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
+
 try:
     CFG = compose(overrides_from_snakemake(config))
 except ConfigError as err:
