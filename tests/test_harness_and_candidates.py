@@ -13,8 +13,10 @@ def recipe_diff(harness, old: str, new: str) -> str:
     return unified_diff("recipe.yaml", text, text.replace(old, new))
 
 
-def test_default_harness_passes_its_own_checks():
+def test_default_harness_passes_its_own_checks(harness, monkeypatch):
     check_harness(DEFAULT_HARNESS)
+    monkeypatch.chdir(harness.parent)
+    check_harness("harness")  # a relative path, as users write harness.initial
     assert load_recipe(DEFAULT_HARNESS)["group_size"] == 8
 
 

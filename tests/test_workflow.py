@@ -49,6 +49,11 @@ def planted(tmp_path_factory) -> Path:
     from evotrainer.agents.heuristic import unified_diff
 
     (folder / "b_lr_too_high.diff").write_text(unified_diff("recipe.yaml", recipe, recipe.replace("lr: 2.0e-4", "lr: 0.5")))
+    from tests.hacks import hack_diff
+
+    # reward hacks that train fine and must be vetoed at select, whatever they score
+    (folder / "c_pay_for_length.diff").write_text(hack_diff("pay_for_length"))
+    (folder / "d_format_only.diff").write_text(hack_diff("format_only"))
     return folder
 
 
@@ -148,9 +153,14 @@ def test_greedy_selection_on_the_same_backtests(finished_run, tmp_path):
 def test_planted_bad_diffs_fail_alone_with_labels(finished_run):
     table = lineage.read(finished_run / "lineage.parquet")
     planted = table[table["intervention"].str.startswith("user:")]
-    labels = dict(zip(planted["intervention"], planted["failure_label"], strict=True))
-    assert labels == {"user:a_prose": "invalid_diff", "user:b_lr_too_high": "schema_violation"}
-    assert (planted["verdict"] == "failed").all()
+    gen0 = planted[planted["generation"] == 0]
+    labels = dict(zip(gen0["intervention"], gen0["failure_label"], strict=True))
+    assert labels["user:a_prose"] == "invalid_diff" and labels["user:b_lr_too_high"] == "schema_violation"
+    assert labels["user:c_pay_for_length"].startswith("vetoed:")
+    assert labels["user:d_format_only"].startswith("vetoed:")
+    assert set(planted["verdict"]) <= {"failed", "vetoed"}
+    hacks = planted[planted["verdict"] == "vetoed"]
+    assert hacks["error"].str.contains("training reward").all()  # the gate's evidence is in the lineage
     # tried once from gen0's harness; gen1 has the same harness only if control was kept, else they return
     assert table.groupby("generation")["verdict"].apply(lambda v: (v.isin(["kept", "promoted"])).sum()).eq(1).all()
 

@@ -104,7 +104,7 @@ if not callable(getattr(module, func, None)):
 
 def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0) -> None:
     """Raise CandidateError (with its label) if the harness breaks the contract."""
-    harness_dir = Path(harness_dir)
+    harness_dir = Path(harness_dir).resolve()  # the import probe runs in another working directory
     try:
         check_layout(harness_dir)
         load_recipe(harness_dir)

@@ -97,6 +97,7 @@ class SearchConf:
     selection: str = "greedy"
     confidence: float = 0.95
     headline_seeds: int = 5
+    gates: bool = True
 
 
 @dataclass

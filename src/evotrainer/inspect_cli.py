@@ -118,7 +118,7 @@ def lineage(run: str, results: str = "results") -> None:
     table = Table(title=f"lineage of {run} ({len(table_df)} candidates)")
     for col in ("gen", "id", "intervention", "val acc", "Δ control", "verdict", "failure"):
         table.add_column(col)
-    colours = {"promoted": "green", "kept": "blue", "rejected": "dim", "failed": "red"}
+    colours = {"promoted": "green", "kept": "blue", "rejected": "dim", "failed": "red", "vetoed": "magenta"}
     for r in table_df.itertuples():
         table.add_row(str(r.generation), r.candidate_id, r.intervention, _fmt(r.val_accuracy), _fmt(r.delta_vs_control),
                       f"[{colours.get(r.verdict, 'white')}]{r.verdict}[/]", _text(r.failure_label))

@@ -28,7 +28,15 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
             f"nothing can be compared. See {Path(backtest_dir) / CONTROL}"
         )
     control_acc = control["val_accuracy"]
-    valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL}
+    gate_results: dict[str, list[dict]] = {}
+    if cfg.search.gates:
+        from evotrainer.gates import evaluate as evaluate_gates
+
+        for cid, m in metrics.items():
+            if m["status"] == "ok" and cid != CONTROL:
+                gate_results[cid] = evaluate_gates(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL)
+    vetoes = {cid: [g for g in results if g["vetoed"]] for cid, results in gate_results.items()}
+    valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL and not vetoes.get(cid)}
     intervals: dict[str, dict] = {}
     if cfg.search.selection == "bootstrap":
         for cid in valid:
@@ -46,6 +54,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         m, p = metrics[cid], proposals[cid]
         if m["status"] != "ok":
             verdict, label = "failed", m["failure_label"]
+        elif vetoes.get(cid):
+            verdict, label = "vetoed", f"vetoed:{vetoes[cid][0]['gate']}"
         elif cid == promoted:
             verdict, label = ("kept" if cid == CONTROL else "promoted"), None
         else:
@@ -60,7 +70,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
             "delta_vs_control": None if acc is None else acc - control_acc,
             "train_reward_final": m.get("train_reward_final"), "dead_group_ratio_final": m.get("dead_group_ratio_final"),
             "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
-            "verdict": verdict, "failure_label": label, "error": m.get("error"), "recorded_at": time.time(),
+            "verdict": verdict, "failure_label": label, "recorded_at": time.time(),
+            "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes[cid]) if vetoes.get(cid) else None),
         })
     lineage.upsert_generation(lineage_path, pd.DataFrame(rows))
     write_json(out, {
@@ -75,6 +86,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         "selection": cfg.search.selection,
         "seeds": cfg.search.seeds,
         "intervals": intervals,
+        "gates": gate_results,
         "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain}"
                    + (f"; {cfg.search.confidence:.0%} interval low {intervals[promoted]['ci_low']:+.3f}" if intervals else "")
                    + ")" if promoted != CONTROL
