@@ -94,6 +94,7 @@ def test_every_artifact_exists_and_reads_with_pandas(finished_run):
         cids = sorted(p.name for p in (gen / "candidates").iterdir() if p.is_dir())
         assert "control" in cids and len(cids) >= 3
         for cid in cids:
+            assert json.loads((gen / "replay" / f"{cid}.json").read_text())["candidate_id"] == cid
             metrics = json.loads((gen / "backtest" / cid / "metrics.json").read_text())
             proposal = json.loads((gen / "candidates" / cid / "proposal.json").read_text())
             assert {"hypothesis", "targeted_findings", "success_criterion", "validation"} <= set(proposal)
@@ -156,8 +157,9 @@ def test_planted_bad_diffs_fail_alone_with_labels(finished_run):
     gen0 = planted[planted["generation"] == 0]
     labels = dict(zip(gen0["intervention"], gen0["failure_label"], strict=True))
     assert labels["user:a_prose"] == "invalid_diff" and labels["user:b_lr_too_high"] == "schema_violation"
+    # hacks are stopped either at replay (before training) or by a validity gate at select
     assert labels["user:c_pay_for_length"].startswith("vetoed:")
-    assert labels["user:d_format_only"].startswith("vetoed:")
+    assert labels["user:d_format_only"].startswith(("vetoed:", "replay_"))
     assert set(planted["verdict"]) <= {"failed", "vetoed"}
     hacks = planted[planted["verdict"] == "vetoed"]
     assert hacks["error"].str.contains("training reward").all()  # the gate's evidence is in the lineage
@@ -233,17 +235,23 @@ def test_rerunning_one_backtest_reproduces_it(finished_run, planted):
 
 
 def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, planted, finished_run):
-    proc = subprocess.Popen(snakemake_cmd(tmp_path, planted), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    # output to a file, not a pipe: an unread pipe fills up (64 KB) and blocks snakemake
+    log_file = (tmp_path / "interrupted.log").open("w")
+    proc = subprocess.Popen(snakemake_cmd(tmp_path, planted), stdout=log_file, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     run = tmp_path / "results" / "default"
     marker = run / "gen0" / "selection.json"
-    deadline = time.time() + 300
-    while not marker.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    assert marker.exists(), "the run never reached gen0's selection"
-    time.sleep(3)  # let snakemake register the select job as finished
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
-    proc.communicate(timeout=120)
+    try:
+        deadline = time.time() + 900
+        while not marker.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert marker.exists(), "the run never reached gen0's selection"
+        time.sleep(3)  # let snakemake register the select job as finished
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
+        proc.wait(timeout=120)
+        log_file.close()
     assert not (run / "summary.json").exists(), "the run finished before it could be interrupted"
     assert not (run / "data" / "test.parquet").exists(), "the test split exists before the loop ended"
     finished_before = {p: p.stat().st_mtime_ns for p in run.glob("gen0/backtest/*/metrics.json")}

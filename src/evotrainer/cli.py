@@ -27,6 +27,8 @@ def _stage_parser(sub) -> None:
     p = add("backtest", "policy", "harness", "candidate", "data-dir", "evidence", "out-dir", "generation", "steps", "threads")
     p.add_argument("--restarts", type=int, default=1)
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--replay", default=None)
+    add("replay", "rollouts", "harness", "candidate", "pool", "out", "generation")
     add("select", "candidates", "backtest-dir", "harness", "lineage", "out", "generation")
     add("promote", "selection", "backtest-dir", "out-policy", "out-harness", "out-train-log")
     add("evaluate", "policy", "harness", "test", "out-json", "out-rollouts", "arm", "threads")
@@ -63,7 +65,10 @@ def _run_stage(a: argparse.Namespace) -> None:
     elif a.stage == "backtest":
         from evotrainer.stages import backtest
         backtest.run(a.config, a.policy, a.harness, a.candidate, a.data_dir, a.evidence, a.out_dir,
-                     int(a.generation), int(a.steps), int(a.threads), restarts=a.restarts, seeds=a.seeds)
+                     int(a.generation), int(a.steps), int(a.threads), restarts=a.restarts, seeds=a.seeds, replay=a.replay)
+    elif a.stage == "replay":
+        from evotrainer.stages import replay
+        replay.run(a.config, a.rollouts, a.harness, a.candidate, a.pool, a.out, int(a.generation))
     elif a.stage == "select":
         from evotrainer.harness import harness_id
         from evotrainer.stages import select

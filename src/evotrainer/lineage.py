@@ -14,7 +14,8 @@ from evotrainer.atomic import write_parquet
 VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed")
 FAILURE_LABELS = (
     "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
-    "sandbox_timeout", "train_crash", "budget_exceeded", "no_gain",
+    "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "replay_no_signal",
+    "replay_low_kept_fraction", "train_crash", "budget_exceeded", "no_gain",
     "vetoed:reward_hacking", "vetoed:reward_correctness", "vetoed:reward_false_positives", "vetoed:length_gaming", "vetoed:exploration_collapse",
     "vetoed:format_exploitation",
 )

@@ -1,3 +1,25 @@
+# Cheap, before any training: re-score the cached rollouts under the candidate's reward, curriculum
+# and diagnostics (sandboxed); a candidate that cannot work is rejected here and not trained.
+rule replay:
+    input:
+        candidates=f"{R}/gen{{g}}/candidates",
+        harness=f"{R}/gen{{g}}/harness",
+        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
+        pool=f"{R}/data/train.parquet",
+    output:
+        f"{R}/gen{{g}}/replay/{{cid}}.json",
+    params:
+        conf=run_config,
+    benchmark:
+        f"{R}/benchmarks/gen{{g}}/replay_{{cid}}.tsv"
+    log:
+        f"{R}/logs/gen{{g}}/replay_{{cid}}.log",
+    shell:
+        "{EVO} replay --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
+        " --candidate {input.candidates}/{wildcards.cid} --pool {input.pool} --out {output}"
+        " --generation {wildcards.g} > {log} 2>&1"
+
+
 # One short training run per candidate from the generation's policy. metrics.json is written last;
 # the policy/, harness/, train_log.parquet and val_rollouts.parquet beside it are complete when it exists.
 rule backtest:
@@ -6,6 +28,7 @@ rule backtest:
         harness=f"{R}/gen{{g}}/harness",
         candidates=f"{R}/gen{{g}}/candidates",
         rollouts=f"{R}/gen{{g}}/rollouts.parquet",
+        replay=f"{R}/gen{{g}}/replay/{{cid}}.json",
         train=f"{R}/data/train.parquet",
         val=f"{R}/data/val.parquet",
     output:
@@ -23,7 +46,7 @@ rule backtest:
     shell:
         "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --data-dir {params.data} --evidence {input.rollouts}"
-        " --out-dir {params.out} --generation {wildcards.g} --steps {STEPS} --seeds {params.seeds}"
+        " --out-dir {params.out} --generation {wildcards.g} --steps {STEPS} --seeds {params.seeds} --replay {input.replay}"
         " --threads {threads} > {log} 2>&1"
 
 

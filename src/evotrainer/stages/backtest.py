@@ -24,7 +24,7 @@ SEED_STRIDE = 7919  # seed offset between the training seeds of one backtest
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
-        split_name: str = "val", restarts: int = 1, seeds: int = 1) -> None:
+        split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None) -> None:
     """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
     a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
     with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control."""
@@ -37,6 +37,11 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     if not validation["ok"]:
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": validation["failure_label"],
                                                   "error": validation["error"]})
+        return
+    replayed = read_json(replay) if replay else {"status": "ok"}
+    if replayed["status"] == "rejected":  # the replay showed it cannot work: no training
+        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": replayed["failure_label"],
+                                                  "error": f"rejected at replay: {replayed['reason']}"})
         return
     try:
         with tempfile.TemporaryDirectory(prefix="evotrainer-harness-") as scratch:

@@ -8,7 +8,8 @@ import pandas as pd
 
 from evotrainer import evidence
 from evotrainer.atomic import write_json, write_parquet, write_text
-from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.harness import harness_id, load_recipe
+from evotrainer.sandbox import run_tasks
 from evotrainer.stages.common import config
 
 FINDING_COLUMNS = ["name", "layer", "value", "threshold", "direction", "severity", "affected_rows", "message"]
@@ -36,8 +37,9 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
     cfg = config(config_path)
     ev = evidence.read(rollouts)
     log = pd.read_parquet(train_log) if train_log and Path(train_log).exists() else None
-    module = load_module(harness_dir, "diagnostics")
-    findings = check_findings(module.diagnose(ev, log, load_recipe(harness_dir)), f"{harness_dir}/diagnostics.py")
+    # the generation's diagnostics may have been written by an agent: they run in the sandbox
+    raw = run_tasks(harness_dir, ["diagnose"], {"evidence": ev, "train_log": log, "recipe": load_recipe(harness_dir)})
+    findings = check_findings(raw["findings"], f"{harness_dir}/diagnostics.py")
     findings.insert(0, "generation", generation)
     write_parquet(out_parquet, findings)
     flagged = findings[findings["severity"].isin(["warn", "critical"])]

@@ -1,0 +1,90 @@
+"""Stage `replay`: before any training, re-score the generation's cached rollouts under a candidate's
+reward, curriculum and diagnostics (in the sandbox) and reject it early when the replay shows it
+cannot work. Writes gen<g>/replay/<cid>.json.
+
+Early rejections (failure labels): replay_no_signal (every group has zero reward variance: GRPO would
+get no gradient), replay_low_kept_fraction (dynamic sampling or the curriculum would keep < 10% of
+groups / of the prompt pool), and the sandbox labels when the candidate's code hangs, crashes or
+breaks a sandbox rule on real inputs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from evotrainer import evidence
+from evotrainer.atomic import read_json, write_json
+from evotrainer.candidate import CandidateError, apply_diff
+from evotrainer.gates import reward_auc, reward_false_positive_rate
+from evotrainer.harness import load_recipe
+from evotrainer.sandbox import SandboxError, run_tasks, score_parallel
+from evotrainer.scoring import overlong_penalty
+from evotrainer.stages.common import config, read_split
+
+MIN_KEPT_FRACTION = 0.10
+
+
+def dead_group_ratio(frame: pd.DataFrame) -> float:
+    spread = frame.groupby("group_id")["reward"].agg(lambda r: r.max() - r.min())
+    return float((spread <= 1e-9).mean())
+
+
+def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str, pool_path: str, out: str,
+        generation: int, processes: int = 1) -> None:
+    cfg = config(config_path)
+    proposal = read_json(Path(candidate_dir) / "proposal.json")
+    base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"]}
+    if not proposal["validation"]["ok"]:
+        write_json(out, base | {"status": "skipped", "reason": "invalid candidate",
+                                "failure_label": proposal["validation"]["failure_label"]})
+        return
+    ev = evidence.read(rollouts)
+    pool = read_split(pool_path)
+    diff = (Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
+    with tempfile.TemporaryDirectory(prefix="evotrainer-replay-") as scratch:
+        try:
+            harness = apply_diff(parent_harness, diff, Path(scratch) / "harness")
+            recipe = load_recipe(harness)
+            rows = ev[["data_source", "response", "ground_truth", "prompt_id", "difficulty"]].rename(columns={"difficulty": "level"})
+            scores = score_parallel(harness, rows, processes=processes)
+            rescored = ev.assign(reward=scores["score"].to_numpy() + overlong_penalty(
+                ev["response_tokens"].to_numpy(), recipe["max_response_len"], recipe["overlong_buffer"],
+                recipe["overlong_penalty"]))
+            result = run_tasks(harness, ["weights", "diagnose"], {"pool": pool, "evidence": rescored, "recipe": recipe})
+        except (CandidateError, SandboxError) as err:
+            write_json(out, base | {"status": "rejected", "failure_label": err.label, "reason": str(err)})
+            return
+    weights = result["weights"]
+    if weights.shape != (len(pool),) or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
+        write_json(out, base | {"status": "rejected", "failure_label": "sandbox_crash",
+                                "reason": f"curriculum.prompt_weights returned an invalid array (shape {weights.shape})"})
+        return
+    # effective share of the pool the curriculum samples from (Kish effective sample size / pool size)
+    pool_kept = float(weights.sum() ** 2 / (len(weights) * (weights**2).sum()))
+    dead = dead_group_ratio(rescored)
+    groups_kept = 1.0 - dead if recipe["dynamic_sampling"] else 1.0
+    flagged = sorted(f["name"] for f in result["findings"] if f.get("severity") in ("warn", "critical"))
+    metrics = {
+        "rows": len(rescored),
+        "reward_mean": float(rescored["reward"].mean()),
+        "reward_std": float(rescored["reward"].std()),
+        "reward_mean_before": float(ev["reward"].mean()),
+        "dead_group_ratio": dead,
+        "dead_group_ratio_before": dead_group_ratio(ev),
+        "groups_kept_fraction": groups_kept,
+        "pool_kept_fraction": pool_kept,
+        "reward_auc_for_correctness": reward_auc(rescored),
+        "reward_false_positive_rate": reward_false_positive_rate(rescored),
+        "findings_flagged": flagged,
+    }
+    label, reason = None, None
+    if dead >= 1.0 - 1e-9:
+        label, reason = "replay_no_signal", "every cached group has zero reward variance under this reward"
+    elif min(groups_kept, pool_kept) < MIN_KEPT_FRACTION:
+        label, reason = "replay_low_kept_fraction", (
+            f"would keep {min(groups_kept, pool_kept):.1%} (< {MIN_KEPT_FRACTION:.0%}) of groups / prompt pool")
+    write_json(out, base | {"status": "rejected" if label else "ok", "failure_label": label, "reason": reason} | metrics)
