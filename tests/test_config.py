@@ -36,3 +36,22 @@ def test_snakemake_config_entries_become_hydra_overrides():
                "overrides": ["trainer.threads=2"]}
     assert overrides_from_snakemake(entries) == [
         "experiment=quick", "search.generations=5", "search.baseline=false", "trainer.threads=2"]
+
+
+def test_status_decodes_snakemakes_incomplete_markers(tmp_path, monkeypatch):
+    """Markers are encoded as snakemake.persistence.file._record_path does (urlsafe base64, '@' chunks)."""
+    from base64 import urlsafe_b64encode
+    from pathlib import Path
+
+    from evotrainer.inspect_cli import running_outputs
+
+    outputs = ["results/r/gen0/backtest/c1/metrics.json", "results/r/" + "x" * 400 + "/metrics.json", "results/other/a.json"]
+    for name in outputs:
+        b64 = urlsafe_b64encode(name.encode()).decode()
+        chunks = [b64[i : i + 254] for i in range(0, len(b64), 254)]
+        path = tmp_path / ".snakemake" / "incomplete" / "/".join(["@" + c for c in chunks[:-1]] + [chunks[-1]])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert running_outputs(Path("results/r")) == sorted(outputs[:2])
+    assert running_outputs(Path("results/none")) == []

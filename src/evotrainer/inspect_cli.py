@@ -35,15 +35,19 @@ def _text(value) -> str:
 
 
 def running_outputs(run_dir: Path, workdir: Path = Path(".")) -> list[str]:
-    """Outputs of jobs Snakemake has started and not finished (its .snakemake/incomplete markers)."""
+    """Outputs of jobs Snakemake has started and not finished: its .snakemake/incomplete markers, named
+    by the URL-safe base64 of the output path (long names split into '@'-prefixed directories)."""
     markers = workdir / ".snakemake" / "incomplete"
     out = []
-    for marker in markers.glob("*") if markers.exists() else []:
+    for marker in markers.rglob("*") if markers.exists() else []:
+        if not marker.is_file():
+            continue
+        encoded = "".join(part.lstrip("@") for part in marker.relative_to(markers).parts)
         try:
-            name = base64.b64decode(marker.name.replace("@", "/")).decode()
+            name = base64.urlsafe_b64decode(encoded).decode()
         except ValueError:
             continue
-        if str(run_dir) in name:
+        if name.startswith(str(run_dir)):
             out.append(name)
     return sorted(out)
 
