@@ -46,6 +46,26 @@ def test_evidence_errors_name_the_problem(probe_evidence, tmp_path):
     assert not (tmp_path / "x.parquet").exists()
 
 
+def test_streaming_validation_names_column_type_and_row(probe_evidence, tmp_path):
+    good = tmp_path / "good.parquet"
+    evidence.write(probe_evidence, good)
+    info = evidence.validate_file(good, batch_size=50)  # several batches
+    assert info == {"rows": 256, "groups": 32, "schema_version": "1.0"}
+    probe_evidence.assign(reward=probe_evidence["reward"].astype(str)).to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(evidence.EvidenceError, match=r"column 'reward' has type (large_)?string, expected double"):
+        evidence.validate_file(tmp_path / "t.parquet")
+    broken = probe_evidence.copy()
+    broken.loc[130, "finish_reason"] = "stop"
+    broken.to_parquet(tmp_path / "f.parquet")
+    with pytest.raises(evidence.EvidenceError, match="row 130: finish_reason 'stop'"):
+        evidence.validate_file(tmp_path / "f.parquet", batch_size=50)
+    broken = probe_evidence.astype({"group_id": object})
+    broken.loc[77, "group_id"] = None
+    broken.to_parquet(tmp_path / "n.parquet")
+    with pytest.raises(evidence.EvidenceError, match="row 77: required column 'group_id' is null"):
+        evidence.validate_file(tmp_path / "n.parquet", batch_size=50)
+
+
 def _findings(ev, train_log=None):
     module = load_module(DEFAULT_HARNESS, "diagnostics")
     return check_findings(module.diagnose(ev, train_log, load_recipe(DEFAULT_HARNESS)), "diagnostics").set_index("name")

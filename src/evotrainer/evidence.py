@@ -99,3 +99,57 @@ def read(path: str | Path) -> pd.DataFrame:
     frame = pq.read_table(path).to_pandas()
     validate(frame, where=str(path))
     return frame
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if expected == pa.int64():
+        return pa.types.is_integer(actual)
+    if expected == pa.float64():
+        return pa.types.is_floating(actual) or pa.types.is_integer(actual)
+    if expected == pa.string():
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_dictionary(actual)
+    return actual == expected
+
+
+def validate_file(path: str | Path, batch_size: int = 131_072) -> dict:
+    """Check a parquet file against the contract without loading it whole.
+
+    Types come from the file's footer; rows are scanned in record batches (only the columns that need
+    a row-level check), so memory stays flat however large the file. Raises EvidenceError naming the
+    column and, for row-level problems, the first bad row. Returns {"rows", "groups", "schema_version"}.
+    """
+    import pyarrow.compute as pc
+
+    where = str(path)
+    parquet = pq.ParquetFile(path)
+    schema = parquet.schema_arrow
+    missing = [name for name in REQUIRED.names if name not in schema.names]
+    if missing:
+        raise EvidenceError(f"{where}: missing required column(s) {missing}")
+    allowed = set(REQUIRED.names) | set(OPTIONAL.names)
+    unknown = [c for c in schema.names if c not in allowed and not c.startswith(COMPONENT_PREFIX)]
+    if unknown:
+        raise EvidenceError(f"{where}: unknown column(s) {unknown}; reward components must be named '{COMPONENT_PREFIX}<key>'")
+    expected = {f.name: f.type for f in list(REQUIRED) + list(OPTIONAL)}
+    expected |= {name: pa.float64() for name in schema.names if name.startswith(COMPONENT_PREFIX)}
+    for name in schema.names:
+        actual = schema.field(name).type
+        if not _compatible(actual, expected[name]):
+            raise EvidenceError(f"{where}: column '{name}' has type {actual}, expected {expected[name]}")
+    checked = ["finish_reason", "group_id", "reward", "correct", "prompt_id"]
+    offset, groups = 0, set()
+    for batch in parquet.iter_batches(batch_size=batch_size, columns=checked):
+        for name in checked:
+            nulls = batch.column(name).is_null()
+            if pc.any(nulls).as_py():
+                row = offset + pc.index(nulls, True).as_py()
+                raise EvidenceError(f"{where}: row {row}: required column '{name}' is null")
+        bad = pc.invert(pc.is_in(batch.column("finish_reason"), value_set=pa.array(FINISH_REASONS)))
+        if pc.any(bad).as_py():
+            row = pc.index(bad, True).as_py()
+            raise EvidenceError(f"{where}: row {offset + row}: finish_reason "
+                                f"{batch.column('finish_reason')[row].as_py()!r} not in {FINISH_REASONS}")
+        groups.update(pc.unique(batch.column("group_id")).to_pylist())
+        offset += batch.num_rows
+    version = (schema.metadata or {}).get(b"evotrainer.evidence_schema", b"(none)").decode()
+    return {"rows": offset, "groups": len(groups), "schema_version": version}

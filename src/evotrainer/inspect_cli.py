@@ -152,22 +152,18 @@ def compare(run_a: str, run_b: str, results: str = "results") -> None:
 
 
 def validate_evidence(path: str) -> int:
-    import pyarrow.parquet as pq
-
     from evotrainer import evidence
 
     try:
-        frame = evidence.read(path)
+        info = evidence.validate_file(path)
     except evidence.EvidenceError as err:
         console.print(f"[red]invalid:[/] {err}", soft_wrap=True)
         return 1
     except (OSError, ValueError) as err:
         console.print(f"[red]unreadable:[/] {path}: {err}", soft_wrap=True)
         return 1
-    meta = pq.read_schema(path).metadata or {}
-    version = meta.get(b"evotrainer.evidence_schema", b"(none)").decode()
-    console.print(f"[green]valid[/] evidence: {len(frame)} rows, {frame['group_id'].nunique()} groups, "
-                  f"schema version {version}", soft_wrap=True)
+    console.print(f"[green]valid[/] evidence: {info['rows']} rows, {info['groups']} groups, "
+                  f"schema version {info['schema_version']}", soft_wrap=True)
     return 0
 
 
