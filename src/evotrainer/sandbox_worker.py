@@ -69,7 +69,9 @@ def main() -> int:
                 if isinstance(value, dict):
                     for key, comp in value.items():
                         if key != "score":
-                            components.setdefault(key, [0.0] * len(rows))[i] = float(comp)
+                            if key not in components:  # not setdefault: its default would be built every row
+                                components[key] = [0.0] * len(rows)
+                            components[key][i] = float(comp)
                     value = value["score"]
                 scores.append(float(value))
             out = pd.DataFrame({"score": scores} | {f"rc_{k}": v for k, v in components.items()})

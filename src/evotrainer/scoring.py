@@ -39,7 +39,9 @@ def score(reward_fn: RewardFn, prompts: pd.DataFrame, responses: list[str]) -> t
             scores[i] = float(out["score"])
             for key, value in out.items():
                 if key != "score":
-                    components.setdefault(key, [0.0] * len(responses))[i] = float(value)
+                    if key not in components:  # not setdefault: its default would be built every row
+                        components[key] = [0.0] * len(responses)
+                    components[key][i] = float(value)
         else:
             scores[i] = float(out)
     return scores, {k: np.asarray(v) for k, v in components.items()}
