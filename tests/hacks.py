@@ -1,7 +1,12 @@
 """Planted reward hacks, as harness diffs, shared by the gate tests and the end-to-end run."""
 
+import json
+from pathlib import Path
+
 from evotrainer.agents.heuristic import unified_diff
+from evotrainer.candidate import validate
 from evotrainer.harness import DEFAULT_HARNESS
+from evotrainer.runtime import diff_hash
 
 _SCORE = '"score": 1.0 if correct else 0.0'
 HACKS = {
@@ -19,3 +24,12 @@ HACKS = {
 def hack_diff(name: str) -> str:
     source = (DEFAULT_HARNESS / "reward.py").read_text()
     return unified_diff("reward.py", source, source.replace(_SCORE, HACKS[name]))
+
+
+def write_candidate(folder: Path, cid: str, diff: str) -> Path:
+    """A candidate folder as propose writes it: harness.diff and proposal.json with its validation."""
+    folder.mkdir(parents=True)
+    (folder / "harness.diff").write_text(diff)
+    (folder / "proposal.json").write_text(json.dumps({"candidate_id": cid, "diff_hash": diff_hash(diff),
+                                                      "validation": validate(DEFAULT_HARNESS, diff)}))
+    return folder

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from evotrainer.agents.heuristic import set_recipe_values, unified_diff
 from evotrainer.atomic import write_parquet
-from evotrainer.candidate import validate
 from evotrainer.config import compose, to_yaml
 from evotrainer.gates import evaluate
 from evotrainer.harness import DEFAULT_HARNESS
-from evotrainer.runtime import diff_hash
 from evotrainer.stages import backtest
-from tests.hacks import HACKS, hack_diff
+from tests.hacks import HACKS, hack_diff, write_candidate
 
 STEPS = 20
 
@@ -32,11 +28,7 @@ def backtests(tmp_path_factory, tiny_policy, splits):
     diffs |= {name: hack_diff(name) for name in HACKS}
     results = {}
     for cid, diff in diffs.items():
-        folder = root / "candidates" / cid
-        folder.mkdir(parents=True)
-        (folder / "harness.diff").write_text(diff)
-        (folder / "proposal.json").write_text(json.dumps({"candidate_id": cid, "diff_hash": diff_hash(diff),
-                                                          "validation": validate(DEFAULT_HARNESS, diff)}))
+        folder = write_candidate(root / "candidates" / cid, cid, diff)
         backtest.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(folder), str(data), None,
                      str(root / "backtest" / cid), generation=0, steps=STEPS)
         results[cid] = root / "backtest" / cid

@@ -9,12 +9,10 @@ import pytest
 from evotrainer import evidence
 from evotrainer.agents.heuristic import set_recipe_values, unified_diff
 from evotrainer.atomic import write_parquet
-from evotrainer.candidate import validate
 from evotrainer.config import compose, to_yaml
 from evotrainer.harness import DEFAULT_HARNESS
-from evotrainer.runtime import diff_hash
 from evotrainer.stages import replay
-from tests.hacks import hack_diff
+from tests.hacks import hack_diff, write_candidate
 from tests.test_evidence_and_diagnostics import rollouts
 
 CURRICULUM = (DEFAULT_HARNESS / "curriculum.py").read_text()
@@ -39,11 +37,7 @@ def replays(tmp_path_factory, tiny_policy, splits):
     write_parquet(root / "train.parquet", splits["train"])
     out = {}
     for cid, diff in CANDIDATES.items():
-        folder = root / "candidates" / cid
-        folder.mkdir(parents=True)
-        (folder / "harness.diff").write_text(diff)
-        (folder / "proposal.json").write_text(json.dumps({"candidate_id": cid, "diff_hash": diff_hash(diff),
-                                                          "validation": validate(DEFAULT_HARNESS, diff)}))
+        folder = write_candidate(root / "candidates" / cid, cid, diff)
         replay.run(str(conf), str(root / "rollouts.parquet"), str(DEFAULT_HARNESS), str(folder),
                    str(root / "train.parquet"), str(root / "replay" / f"{cid}.json"), 0)
         out[cid] = json.loads((root / "replay" / f"{cid}.json").read_text())

@@ -68,14 +68,18 @@ def arrow_schema_for(columns: list[str]) -> pa.Schema:
     return pa.schema(fields, metadata={b"evotrainer.evidence_schema": SCHEMA_VERSION.encode()})
 
 
-def validate(frame: pd.DataFrame, where: str = "evidence") -> None:
-    missing = [name for name in REQUIRED.names if name not in frame.columns]
+def _check_columns(columns: list[str], where: str) -> None:
+    missing = [name for name in REQUIRED.names if name not in columns]
     if missing:
         raise EvidenceError(f"{where}: missing required column(s) {missing}")
     allowed = set(REQUIRED.names) | set(OPTIONAL.names)
-    unknown = [c for c in frame.columns if c not in allowed and not c.startswith(COMPONENT_PREFIX)]
+    unknown = [c for c in columns if c not in allowed and not c.startswith(COMPONENT_PREFIX)]
     if unknown:
         raise EvidenceError(f"{where}: unknown column(s) {unknown}; reward components must be named '{COMPONENT_PREFIX}<key>'")
+
+
+def validate(frame: pd.DataFrame, where: str = "evidence") -> None:
+    _check_columns(list(frame.columns), where)
     bad_finish = ~frame["finish_reason"].isin(FINISH_REASONS)
     if bad_finish.any():
         row = int(bad_finish.to_numpy().nonzero()[0][0])
@@ -123,13 +127,7 @@ def validate_file(path: str | Path, batch_size: int = 131_072) -> dict:
     where = str(path)
     parquet = pq.ParquetFile(path)
     schema = parquet.schema_arrow
-    missing = [name for name in REQUIRED.names if name not in schema.names]
-    if missing:
-        raise EvidenceError(f"{where}: missing required column(s) {missing}")
-    allowed = set(REQUIRED.names) | set(OPTIONAL.names)
-    unknown = [c for c in schema.names if c not in allowed and not c.startswith(COMPONENT_PREFIX)]
-    if unknown:
-        raise EvidenceError(f"{where}: unknown column(s) {unknown}; reward components must be named '{COMPONENT_PREFIX}<key>'")
+    _check_columns(schema.names, where)
     expected = {f.name: f.type for f in list(REQUIRED) + list(OPTIONAL)}
     expected |= {name: pa.float64() for name in schema.names if name.startswith(COMPONENT_PREFIX)}
     for name in schema.names:
