@@ -8,4 +8,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/pip install --quiet torch==2.13.0
-.venv/bin/pip install --quiet -e ".[dev]"
+# EXTRAS: dev (tests), verl (the verl backend and its contract tests), slurm (executor plugin).
+.venv/bin/pip install --quiet -e ".[${EXTRAS:-dev,verl,slurm}]"
