@@ -60,8 +60,10 @@ def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.Da
     """Run worker tasks ("score", "weights", "diagnose") over ``inputs``; returns their outputs.
 
     inputs: "rows" (score: data_source, response, ground_truth, prompt_id, level), "pool" and
-    "evidence" (weights), "evidence", "train_log", "recipe" (diagnose; "evidence" may come from
-    "score" when both run: the worker then diagnoses the rescored evidence).
+    "evidence" (weights), "evidence", "train_log", "recipe" (diagnose). For diagnose, "evidence" may
+    also be a path (str/Path) to an evidence parquet, which the worker streams itself (no copy), and
+    "diagnose_sets" a list of {"evidence": path, "train_log": path | None}: findings then come back
+    as one list per set.
     """
     harness_dir = Path(harness_dir).resolve()
     with tempfile.TemporaryDirectory(prefix="evotrainer-sandbox-") as scratch:
@@ -69,6 +71,8 @@ def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.Da
         for name, value in inputs.items():
             if isinstance(value, pd.DataFrame):
                 value.to_parquet(work / f"in_{name}.parquet", index=False)
+            elif isinstance(value, str | Path) and name in ("evidence", "train_log"):
+                (work / f"in_{name}.parquet").symlink_to(Path(value).resolve())
             elif value is not None:
                 (work / f"in_{name}.json").write_text(json.dumps(value))
         env = {k: v for k, v in os.environ.items() if k in _KEEP_ENV}

@@ -56,7 +56,8 @@ def main() -> int:
     try:
         from evotrainer.harness import load_module
 
-        frames = {p.stem[3:]: pd.read_parquet(p) for p in workdir.glob("in_*.parquet")}
+        lazy = set() if "weights" in tasks or "score" in tasks else {"evidence"}  # diagnose streams it itself
+        frames = {p.stem[3:]: pd.read_parquet(p) for p in workdir.glob("in_*.parquet") if p.stem[3:] not in lazy}
         blobs = {p.stem[3:]: json.loads(p.read_text()) for p in workdir.glob("in_*.json")}
         if "score" in tasks:
             reward = load_module(harness, "reward").compute_score
@@ -76,16 +77,27 @@ def main() -> int:
                 scores.append(float(value))
             out = pd.DataFrame({"score": scores} | {f"rc_{k}": v for k, v in components.items()})
             out.to_parquet(workdir / "out_scores.parquet", index=False)
-            if "evidence" in frames:
-                frames["evidence"] = frames["evidence"].assign(reward=scores)
         if "weights" in tasks:
             curriculum = load_module(harness, "curriculum")
             weights = np.asarray(curriculum.prompt_weights(frames["pool"], frames.get("evidence")), dtype=float)
             np.save(workdir / "out_weights.npy", weights, allow_pickle=False)
         if "diagnose" in tasks:
+            from evotrainer.diagnostics_io import load_for_module
+
             diagnostics = load_module(harness, "diagnostics")
-            findings = diagnostics.diagnose(frames["evidence"], frames.get("train_log"), blobs.get("recipe", {}))
-            (workdir / "out_findings.json").write_text(json.dumps(findings, default=float))
+            recipe = blobs.get("recipe", {})
+            # one or more evidence sets, each an evidence parquet (+ optional train log) read by path
+            sets = blobs.get("diagnose_sets") or [{"evidence": str(workdir / "in_evidence.parquet"),
+                                                   "train_log": str(workdir / "in_train_log.parquet")}]
+            results = []
+            for item in sets:
+                evidence = load_for_module(item["evidence"], diagnostics)
+                log_path = item.get("train_log")
+                log = pd.read_parquet(log_path) if log_path and Path(log_path).exists() else None
+                results.append(diagnostics.diagnose(evidence, log, recipe))
+                del evidence
+            findings = results if blobs.get("diagnose_sets") else results[0]
+            (workdir / "out_findings.json").write_text(json.dumps(findings, default=_jsonable))
     except SandboxViolation as err:
         print(f"SandboxViolation: {err}", file=sys.stderr)
         return EXIT_VIOLATION
@@ -93,6 +105,16 @@ def main() -> int:
         print("MemoryError", file=sys.stderr)
         return EXIT_MEMORY
     return 0
+
+
+def _jsonable(value):
+    import numpy as np
+
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return float(value)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,37 @@
 """Diagnostics over the evidence table (one row per sampled response) and the parent's train log.
 
+Four layers: score (accuracy, mean@k and pass@k per difficulty), signal (dead groups, reward spread,
+advantage health), behaviour (length, length-reward correlation, truncation, format, repetition) and
+stability (entropy, KL, clipping, loss, from the train log).
+
 diagnose(evidence, train_log, recipe) -> list of findings; each finding is a dict with
 name, layer, value, threshold, direction ("above" / "below": which side of the threshold is bad),
-severity ("info" for plain metrics, "ok", "warn", "critical"), affected_rows and message.
-Everything is vectorised pandas; train_log may be None (no RL step yet).
+severity ("info" for plain metrics, "ok", "warn", "critical"), affected_rows, message and
+examples (up to 3 evidence row positions that show the problem; the stage turns them into
+prompt/response rows). Everything is vectorised pandas; train_log may be None (no RL step yet).
+
+COLUMNS lists the evidence columns diagnose() reads; row_features() runs once per record batch over
+FEATURE_COLUMNS (the response text) so that a 10M-row file is never held with its text.
 """
+
+import re
 
 import numpy as np
 import pandas as pd
 
+COLUMNS = ["group_id", "reward", "correct", "difficulty", "response_tokens", "truncated", "format_ok"]
+FEATURE_COLUMNS = ["response"]
+_REPEAT = re.compile(r"(.{1,3}?)\1{3,}")  # a 1-3 character unit said 4+ times in a row
 
-def _finding(name, layer, value, threshold=None, direction="above", critical=None, affected_rows=0, message=""):
+
+def row_features(batch: pd.DataFrame) -> dict:
+    search = _REPEAT.search
+    return {"repetitive": np.fromiter((search(r) is not None for r in batch["response"]), dtype=bool,
+                                     count=len(batch))}
+
+
+def _finding(name, layer, value, threshold=None, direction="above", critical=None, affected_rows=0, message="",
+             examples=()):
     value = None if value is None or (isinstance(value, float) and np.isnan(value)) else float(value)
     if threshold is None or value is None:
         severity = "info"
@@ -27,7 +48,12 @@ def _finding(name, layer, value, threshold=None, direction="above", critical=Non
         "severity": severity,
         "affected_rows": int(affected_rows),
         "message": message,
+        "examples": [int(i) for i in list(examples)[:3]],
     }
+
+
+def _rows(mask) -> np.ndarray:
+    return np.flatnonzero(np.asarray(mask, dtype=bool))[:3]
 
 
 def _trend(series: pd.Series) -> float:
@@ -43,86 +69,117 @@ def _trend(series: pd.Series) -> float:
 def diagnose(evidence: pd.DataFrame, train_log: pd.DataFrame | None, recipe: dict) -> list[dict]:
     ev = evidence
     findings = []
+    correct = ev["correct"].to_numpy(dtype=bool)
+    reward = ev["reward"].to_numpy(dtype=float)
+    group_codes, group_index = pd.factorize(ev["group_id"], sort=False)
+    n_groups = len(group_index)
 
-    # score layer
-    findings.append(_finding("accuracy", "score", ev["correct"].mean(), message="share of verified-correct responses"))
-    for level, acc in ev.groupby("difficulty")["correct"].mean().items():
-        findings.append(_finding(f"accuracy_level_{level}", "score", acc, message=f"accuracy on difficulty {level}"))
+    # score layer: mean@k (mean correctness over a group's k samples) and pass@k (>= 1 correct) per level
+    findings.append(_finding("accuracy", "score", correct.mean() if len(ev) else None,
+                             message="share of verified-correct responses"))
+    levels = ev["difficulty"].to_numpy() if "difficulty" in ev else np.zeros(len(ev), dtype=int)
+    per_group = pd.DataFrame({"correct": correct, "level": levels}).groupby(group_codes)
+    groups = per_group.agg(mean_at_k=("correct", "mean"), level=("level", "first"))
+    k = int(round(len(ev) / max(n_groups, 1)))
+    for level, frame in groups.groupby("level"):
+        findings.append(_finding(f"accuracy_level_{level}", "score", frame["mean_at_k"].mean(),
+                                 message=f"mean@{k} on difficulty {level} ({len(frame)} prompts)"))
+        findings.append(_finding(f"pass_at_k_level_{level}", "score", (frame["mean_at_k"] > 0).mean(),
+                                 message=f"pass@{k} (at least one of {k} samples correct) on difficulty {level}"))
 
     # signal layer: groups whose rewards are all equal carry no GRPO gradient
-    groups = ev.groupby("group_id")["reward"]
-    spread = groups.std(ddof=0)
-    dead = spread < 1e-6
-    group_mean = groups.mean()
-    findings.append(
-        _finding(
-            "dead_group_ratio", "signal", dead.mean(), threshold=0.4, critical=0.7,
-            affected_rows=int(ev["group_id"].isin(dead[dead].index).sum()),
-            message="share of groups with zero reward variance (no learning signal)",
-        )
-    )
-    findings.append(
-        _finding(
-            "all_wrong_group_ratio", "signal", (dead & (group_mean <= 0)).mean(), threshold=0.3,
-            message="dead groups where every sample failed (too hard at this temperature)",
-        )
-    )
-    findings.append(
-        _finding(
-            "all_correct_group_ratio", "signal", (dead & (group_mean > 0)).mean(), threshold=0.3,
-            message="dead groups where every sample succeeded (too easy)",
-        )
-    )
-    findings.append(
-        _finding("reward_spread", "signal", spread.mean(), threshold=0.15, direction="below",
-                 message="mean within-group reward std")
-    )
+    by_group = pd.DataFrame({"reward": reward}).groupby(group_codes)["reward"]
+    g_min, g_max, g_mean = by_group.min().to_numpy(), by_group.max().to_numpy(), by_group.mean().to_numpy()
+    g_std = by_group.std(ddof=0).to_numpy()
+    dead = (g_max - g_min) < 1e-6
+    dead_rows = dead[group_codes]
+    findings.append(_finding(
+        "dead_group_ratio", "signal", dead.mean() if n_groups else None, threshold=0.4, critical=0.7,
+        affected_rows=int(dead_rows.sum()), examples=_rows(dead_rows),
+        message="share of groups with zero reward variance (no learning signal)"))
+    all_wrong = dead & (g_mean <= 0)
+    findings.append(_finding(
+        "all_wrong_group_ratio", "signal", all_wrong.mean() if n_groups else None, threshold=0.3,
+        affected_rows=int(all_wrong[group_codes].sum()), examples=_rows(all_wrong[group_codes]),
+        message="dead groups where every sample failed (too hard at this temperature)"))
+    all_right = dead & (g_mean > 0)
+    findings.append(_finding(
+        "all_correct_group_ratio", "signal", all_right.mean() if n_groups else None, threshold=0.3,
+        affected_rows=int(all_right[group_codes].sum()), examples=_rows(all_right[group_codes]),
+        message="dead groups where every sample succeeded (too easy)"))
+    findings.append(_finding("reward_spread", "signal", g_std.mean() if n_groups else None, threshold=0.15,
+                             direction="below", message="mean within-group reward std"))
+    # advantage health: the GRPO advantages these rewards would give (group mean removed, std-normalised)
+    centred = reward - g_mean[group_codes]
+    scale = np.where(g_std > 1e-6, g_std, 1.0)[group_codes] if recipe.get("norm_adv_by_std", True) else 1.0
+    advantage = centred / scale
+    live = np.abs(advantage) > 1e-6
+    findings.append(_finding(
+        "nonzero_advantage_share", "signal", live.mean() if len(ev) else None, threshold=0.5, direction="below",
+        critical=0.25, affected_rows=int((~live).sum()),
+        message="share of samples with a non-zero GRPO advantage (the rest teach nothing)"))
+    lone = (per_group["correct"].sum().to_numpy() == 1) & ~dead
+    findings.append(_finding(
+        "lone_success_group_ratio", "signal", lone.mean() if n_groups else None,
+        affected_rows=int(lone[group_codes].sum()), examples=_rows(lone[group_codes] & correct),
+        message="groups where exactly one sample is right: one sample carries the whole positive advantage"))
+    wrong_but_paid = ~correct & (advantage > 1e-6)
+    findings.append(_finding(
+        "positive_advantage_on_wrong", "signal", wrong_but_paid.sum() / max(live.sum(), 1), threshold=0.2,
+        critical=0.4, affected_rows=int(wrong_but_paid.sum()), examples=_rows(wrong_but_paid),
+        message="share of live samples pushed UP although the verifier says they are wrong"))
 
     # behaviour layer
-    lengths = ev["response_tokens"].astype(float)
-    corr = lengths.corr(ev["reward"].astype(float)) if lengths.std() > 0 and ev["reward"].std() > 0 else 0.0
-    findings.append(
-        _finding("length_reward_corr", "behaviour", abs(corr), threshold=0.3,
-                 message=f"|corr(response length, reward)| = {corr:+.2f}; high values hint at length gaming")
-    )
-    trunc = ev["truncated"].astype(bool)
-    findings.append(
-        _finding("truncation_rate", "behaviour", trunc.mean(), threshold=0.05, critical=0.25,
-                 affected_rows=int(trunc.sum()), message="responses cut at max_response_len without eos")
-    )
-    fmt_bad = ~ev["format_ok"].astype(bool)
-    findings.append(
-        _finding("format_violation_rate", "behaviour", fmt_bad.mean(), threshold=0.1, critical=0.3,
-                 affected_rows=int(fmt_bad.sum()), message="responses with no parseable integer answer")
-    )
-    findings.append(
-        _finding("mean_response_tokens", "behaviour", lengths.mean(), message="mean response length in tokens")
-    )
+    lengths = ev["response_tokens"].to_numpy(dtype=float)
+    corr = (float(np.corrcoef(lengths, reward)[0, 1]) if len(ev) > 1 and lengths.std() > 0 and reward.std() > 0
+            else 0.0)
+    findings.append(_finding(
+        "length_reward_corr", "behaviour", abs(corr), threshold=0.3,
+        examples=_rows(lengths >= np.quantile(lengths, 0.99)) if len(ev) else (),
+        message=f"|corr(response length, reward)| = {corr:+.2f}; high values hint at length gaming"))
+    trunc = ev["truncated"].to_numpy(dtype=bool)
+    findings.append(_finding("truncation_rate", "behaviour", trunc.mean() if len(ev) else None, threshold=0.05,
+                             critical=0.25, affected_rows=int(trunc.sum()), examples=_rows(trunc),
+                             message="responses cut at max_response_len without eos"))
+    if "format_ok" in ev:  # optional evidence column
+        fmt_bad = ~ev["format_ok"].to_numpy(dtype=bool)
+        findings.append(_finding("format_violation_rate", "behaviour", fmt_bad.mean() if len(ev) else None,
+                                 threshold=0.1, critical=0.3, affected_rows=int(fmt_bad.sum()),
+                                 examples=_rows(fmt_bad), message="responses with no parseable integer answer"))
+    if "repetitive" in ev:
+        rep = ev["repetitive"].to_numpy(dtype=bool)
+        findings.append(_finding("repetition_rate", "behaviour", rep.mean() if len(ev) else None, threshold=0.05,
+                                 critical=0.2, affected_rows=int(rep.sum()), examples=_rows(rep),
+                                 message="responses that repeat a 1-3 character unit 4+ times in a row"))
+    findings.append(_finding("mean_response_tokens", "behaviour", lengths.mean() if len(ev) else None,
+                             message="mean response length in tokens"))
 
-    # stability layer, from the parent's training log
+    # stability layer, from the parent's training log (a column another trainer lacks is skipped)
     if train_log is not None and len(train_log) > 0:
-        findings.append(
-            _finding("length_drift", "behaviour", _trend(train_log["response_len_mean"]), threshold=0.3,
-                     message="relative change of mean response length over the parent's training run")
-        )
-        findings.append(
-            _finding("entropy_trend", "stability", _trend(train_log["entropy"]), threshold=-0.5, direction="below",
-                     critical=-0.8, message="relative change of policy entropy over training (collapse if strongly negative)")
-        )
-        findings.append(
-            _finding("reward_trend", "stability", _trend(train_log["reward_mean"]), threshold=-0.1, direction="below",
-                     message="relative change of training reward over the parent's run (negative = degrading)")
-        )
-        findings.append(
-            _finding("train_dead_group_ratio", "stability", train_log["dead_group_ratio"].tail(20).mean(),
-                     threshold=0.4, critical=0.7, message="dead-group ratio over the last 20 training steps")
-        )
-        findings.append(
-            _finding("kl_final", "stability", train_log["kl"].tail(20).mean(), threshold=0.1,
-                     message="KL(policy || reference) over the last 20 training steps")
-        )
-        findings.append(
-            _finding("clip_fraction", "stability", train_log["clip_frac"].tail(20).mean(), threshold=0.2,
-                     message="share of tokens whose ratio was clipped, last 20 steps")
-        )
+        def col(name):
+            return train_log[name].dropna() if name in train_log else pd.Series(dtype=float)
+
+        specs = [
+            ("length_drift", "behaviour", "response_len_mean", _trend, dict(threshold=0.3),
+             "relative change of mean response length over the parent's training run"),
+            ("entropy_trend", "stability", "entropy", _trend, dict(threshold=-0.5, direction="below", critical=-0.8),
+             "relative change of policy entropy over training (collapse if strongly negative)"),
+            ("reward_trend", "stability", "reward_mean", _trend, dict(threshold=-0.1, direction="below"),
+             "relative change of training reward over the parent's run (negative = degrading)"),
+            ("train_dead_group_ratio", "stability", "dead_group_ratio", lambda c: c.tail(20).mean(),
+             dict(threshold=0.4, critical=0.7), "dead-group ratio over the last 20 training steps"),
+            ("kl_final", "stability", "kl", lambda c: c.tail(20).mean(), dict(threshold=0.1),
+             "KL(policy || reference) over the last 20 training steps"),
+            ("clip_fraction", "stability", "clip_frac", lambda c: c.tail(20).mean(), dict(threshold=0.2),
+             "share of tokens whose ratio was clipped, last 20 steps"),
+            ("loss_spike", "stability", "loss",
+             lambda c: c.abs().tail(20).max() / (c.abs().median() + 1e-8) if len(c) >= 20 else float("nan"),
+             dict(threshold=10.0), "largest |loss| of the last 20 steps over the run's median |loss|"),
+            ("grad_norm_final", "stability", "grad_norm", lambda c: c.tail(20).mean(), {},
+             "gradient norm (before clipping) over the last 20 steps"),
+        ]
+        for name, layer, column, summarise, limits, message in specs:
+            series = col(column)
+            if len(series):
+                findings.append(_finding(name, layer, summarise(series), message=message, **limits))
     return findings

@@ -20,6 +20,7 @@ from evotrainer.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import config, read_split
 
 SEED_STRIDE = 7919  # seed offset between the training seeds of one backtest
+EXIT_PROMPTS = 64  # probe prompts sampled (x group size) from the trained policy as the branch's evidence
 
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
@@ -123,6 +124,17 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
                                     harness_id=harness_id(harness_dir), seed=seed))
     val_frame = pd.concat(frames, ignore_index=True)
     evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
+    # the branch's archived training-style evidence: groups sampled from the final policy under the
+    # candidate's own reward on a fixed probe subset (what an evolved diagnostic is backtested on)
+    probe_path = Path(data_dir) / "probe.parquet"
+    if probe_path.exists():
+        probe = read_split(probe_path).head(EXIT_PROMPTS)
+        repeated, batch = sample_and_score(model, tokenizer, probe, group_size=recipe["group_size"], recipe=recipe,
+                                           reward_fn=reward_fn, generator=torch.Generator().manual_seed(seed + 1))
+        evidence.write(evidence_rows(repeated, batch, group_size=recipe["group_size"], run=cfg.run,
+                                     generation=generation, split="probe", step=steps,
+                                     policy_id=runtime.policy_id(out / "policy"), harness_id=harness_id(harness_dir),
+                                     seed=seed), out / "exit_rollouts.parquet")
     tail = log.tail(max(1, len(log) // 10))
     return {
         f"{split_name}_accuracy": float(val_frame["correct"].mean()),

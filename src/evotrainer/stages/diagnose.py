@@ -1,31 +1,51 @@
-"""Stage `diagnose`: run the harness's diagnostics over the rollout evidence and the parent's train log."""
+"""Stage `diagnose`: run the harness's diagnostics over the rollout evidence and the parent's train log.
+
+The evidence is streamed by the sandboxed worker (only the columns the diagnostics declare), and the
+example rows a finding points at are fetched here in one more streaming pass, so a 10M-row file
+never sits in memory whole. diagnostics.parquet gets an ``examples`` column (JSON rows)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import json
 
 import pandas as pd
 
 from evotrainer import evidence
 from evotrainer.atomic import write_json, write_parquet, write_text
 from evotrainer.harness import harness_id, load_recipe
-from evotrainer.sandbox import run_tasks
+from evotrainer.diagnostics_io import resolve_examples
+from evotrainer.sandbox import Limits, run_tasks
 from evotrainer.stages.common import config
 
 FINDING_COLUMNS = ["name", "layer", "value", "threshold", "direction", "severity", "affected_rows", "message"]
+MAX_FINDINGS = 500
 SEVERITIES = ("info", "ok", "warn", "critical")
+DIAGNOSE_LIMITS = Limits(timeout_s=600.0, memory_mb=8192)  # address space, not RSS: pyarrow reserves a lot
 
 
 def check_findings(findings: list[dict], where: str) -> pd.DataFrame:
     if not isinstance(findings, list):
         raise TypeError(f"{where}: diagnose() must return a list of finding dicts, got {type(findings).__name__}")
+    if len(findings) > MAX_FINDINGS:
+        raise ValueError(f"{where}: diagnose() returned {len(findings)} findings (at most {MAX_FINDINGS})")
     for i, finding in enumerate(findings):
+        if not isinstance(finding, dict):
+            raise TypeError(f"{where}: finding #{i} is a {type(finding).__name__}, not a dict")
         missing = [c for c in FINDING_COLUMNS if c not in finding]
         if missing:
             raise ValueError(f"{where}: finding #{i} ({finding.get('name', '?')}) lacks {missing}")
         if finding["severity"] not in SEVERITIES:
             raise ValueError(f"{where}: finding {finding['name']} has severity {finding['severity']!r}; use one of {SEVERITIES}")
+        examples = finding.get("examples", [])
+        if not isinstance(examples, list) or not all(isinstance(e, int) and e >= 0 for e in examples):
+            raise ValueError(f"{where}: finding {finding['name']}: 'examples' must be a list of row positions")
+    names = [f["name"] for f in findings]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: duplicate finding names {sorted({n for n in names if names.count(n) > 1})}")
     frame = pd.DataFrame(findings, columns=FINDING_COLUMNS)
+    frame["examples"] = [list(f.get("examples", []))[:3] for f in findings]
     frame["value"] = frame["value"].astype(float)
     frame["threshold"] = pd.to_numeric(frame["threshold"], errors="coerce").astype(float)
     frame["affected_rows"] = frame["affected_rows"].astype("int64")
@@ -35,11 +55,14 @@ def check_findings(findings: list[dict], where: str) -> pd.DataFrame:
 def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None, out_parquet: str, out_json: str,
         out_md: str, generation: int) -> None:
     cfg = config(config_path)
-    ev = evidence.read(rollouts)
-    log = pd.read_parquet(train_log) if train_log and Path(train_log).exists() else None
+    info = evidence.validate_file(rollouts)  # streaming: types from the footer, rows in batches
+    log = train_log if train_log and Path(train_log).exists() else None
     # the generation's diagnostics may have been written by an agent: they run in the sandbox
-    raw = run_tasks(harness_dir, ["diagnose"], {"evidence": ev, "train_log": log, "recipe": load_recipe(harness_dir)})
+    raw = run_tasks(harness_dir, ["diagnose"], {"evidence": rollouts, "train_log": log,
+                                                "recipe": load_recipe(harness_dir)}, DIAGNOSE_LIMITS)
     findings = check_findings(raw["findings"], f"{harness_dir}/diagnostics.py")
+    examples = resolve_examples(rollouts, dict(zip(findings["name"], findings["examples"], strict=True)))
+    findings["examples"] = [json.dumps(examples[name], default=str) for name in findings["name"]]
     findings.insert(0, "generation", generation)
     write_parquet(out_parquet, findings)
     flagged = findings[findings["severity"].isin(["warn", "critical"])]
@@ -47,11 +70,12 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
         "run": cfg.run,
         "generation": generation,
         "harness_id": harness_id(harness_dir),
-        "evidence_rows": len(ev),
+        "evidence_rows": info["rows"],
         "signature": sorted(flagged["name"]),
-        "findings": findings.drop(columns="generation").to_dict(orient="records"),
+        "findings": [r | {"examples": json.loads(r["examples"])}
+                     for r in findings.drop(columns="generation").to_dict(orient="records")],
     })
-    write_text(out_md, render_markdown(cfg.run, generation, findings, len(ev)))
+    write_text(out_md, render_markdown(cfg.run, generation, findings, info["rows"]))
 
 
 def render_markdown(run: str, generation: int, findings: pd.DataFrame, rows: int) -> str:
@@ -61,8 +85,12 @@ def render_markdown(run: str, generation: int, findings: pd.DataFrame, rows: int
     flagged = table[table["severity"].isin(["warn", "critical"])]
     if len(flagged):
         lines += ["## Flagged", ""]
-        lines += [f"- **{r.name}** = {r.value:.3g} ({r.severity}; threshold {r.threshold:g}, bad when {r.direction}): {r.message}"
-                  for r in flagged.itertuples()]
+        for r in flagged.itertuples():
+            lines.append(f"- **{r.name}** = {r.value:.3g} ({r.severity}; threshold {r.threshold:g}, bad when "
+                         f"{r.direction}; {r.affected_rows} rows): {r.message}")
+            for ex in _examples(r.examples):
+                lines.append(f"  - e.g. row {ex.get('row')}: `{ex.get('prompt', '')}` -> `{ex.get('response', '')}` "
+                             f"(reward {ex.get('reward')}, correct {ex.get('correct')})")
         lines.append("")
     else:
         lines += ["No diagnostic crossed its threshold.", ""]
@@ -72,3 +100,9 @@ def render_markdown(run: str, generation: int, findings: pd.DataFrame, rows: int
         value = "" if pd.isna(r.value) else f"{r.value:.4g}"
         lines.append(f"| {r.layer} | {r.name} | {value} | {threshold} | {r.severity} |")
     return "\n".join(lines) + "\n"
+
+
+def _examples(value) -> list[dict]:
+    if isinstance(value, str):
+        return json.loads(value)
+    return [e for e in (value or []) if isinstance(e, dict)]
