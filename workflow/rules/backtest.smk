@@ -14,6 +14,8 @@ rule replay:
         f"{R}/benchmarks/gen{{g}}/replay_{{cid}}.tsv"
     log:
         f"{R}/logs/gen{{g}}/replay_{{cid}}.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} replay --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --pool {input.pool} --out {output}"
@@ -43,6 +45,8 @@ rule backtest:
         f"{R}/benchmarks/gen{{g}}/backtest_{{cid}}.tsv"
     log:
         f"{R}/logs/gen{{g}}/backtest_{{cid}}.log",
+    conda:
+        ENVS["train-gpu"]
     shell:
         "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --data-dir {params.data} --evidence {input.rollouts}"
@@ -71,6 +75,8 @@ rule baseline:
         f"{R}/benchmarks/baseline.tsv"
     log:
         f"{R}/logs/baseline.log",
+    conda:
+        ENVS["train-gpu"]
     shell:
         "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 
 from evotrainer.atomic import write_text
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml, validate
@@ -25,6 +26,11 @@ G = CFG.search.generations
 STEPS = CFG.search.steps_per_generation
 TRAIN_THREADS = CFG.trainer.threads
 EVO = f"{sys.executable} -m evotrainer.cli stage"  # the interpreter running snakemake has evotrainer
+# `--sdm conda` (profiles/slurm, README "Running on SLURM"): each rule runs in its envs/*.yaml environment,
+# which holds the dependencies; the package comes from this source tree. Ignored without --sdm conda.
+ENVS = {kind: f"{workflow.basedir}/envs/{kind}.yaml" for kind in ("cpu", "agent", "train-gpu")}
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    EVO = f"PYTHONPATH={workflow.basedir}/src python -m evotrainer.cli stage"
 R = f"{RESULTS}/{{run}}"  # prefix of every per-run path pattern
 
 # The headline experiment: the same config under seeds 0..S-1, as runs <run>-seed<s>.

@@ -14,6 +14,8 @@ rule diagnose:
         f"{R}/benchmarks/gen{{g}}/diagnose.tsv"
     log:
         f"{R}/logs/gen{{g}}/diagnose.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} diagnose --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
         " {params.train_log} --out-parquet {output.parquet} --out-json {output.json} --out-md {output.md}"

@@ -10,6 +10,8 @@ rule heldout:
         out=lambda wc: f"{run_dir(wc)}/data",
     log:
         f"{R}/logs/heldout.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} data --config {params.conf} --out-dir {params.out} --splits test > {log} 2>&1"
 
@@ -28,6 +30,8 @@ rule evaluate:
         f"{R}/benchmarks/evaluate_{{arm}}.tsv"
     log:
         f"{R}/logs/evaluate_{{arm}}.log",
+    conda:
+        ENVS["train-gpu"]
     shell:
         "{EVO} evaluate --config {params.conf} --policy {params.policy} --harness {input.harness}"
         " --test {input.test} --out-json {output.metrics} --out-rollouts {output.rollouts} --arm {wildcards.arm}"
@@ -52,6 +56,8 @@ rule summary:
         f"{R}/benchmarks/summary.tsv"
     log:
         f"{R}/logs/summary.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} summary --config {params.conf} --init-metrics {input.init} --selections {input.selections}"
         " --evolved-test {input.evolved} {params.baseline} --lineage {params.lineage}"

@@ -9,6 +9,8 @@ rule data:
         f"{R}/benchmarks/data.tsv"
     log:
         f"{R}/logs/data.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} data --config {params.conf} --out-dir {params.out} --splits train val probe > {log} 2>&1"
 
@@ -29,6 +31,8 @@ rule init:
         f"{R}/benchmarks/init.tsv"
     log:
         f"{R}/logs/init.log",
+    conda:
+        ENVS["train-gpu"]
     shell:
         "{EVO} init --config {params.conf} --data-dir {params.data} --out-policy {output.policy}"
         " --out-harness {output.harness} --out-sft-log {output.sft_log} --out-metrics {output.metrics}"

@@ -12,6 +12,8 @@ checkpoint propose:
         f"{R}/benchmarks/gen{{g}}/propose.tsv"
     log:
         f"{R}/logs/gen{{g}}/propose.log",
+    conda:
+        ENVS["agent"]
     shell:
         "{EVO} propose --config {params.conf} --diagnosis {input.diagnosis} --harness {input.harness}"
         " --lineage {params.lineage} --out-dir {output.candidates} --generation {wildcards.g} > {log} 2>&1"

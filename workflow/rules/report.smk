@@ -18,6 +18,8 @@ rule report:
         f"{R}/benchmarks/report.tsv"
     log:
         f"{R}/logs/report.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} report --run-dir {params.run_dir} --out-html {output.html} --figures-dir {params.figures} > {log} 2>&1"
 
@@ -33,5 +35,7 @@ rule headline:
         png=report(f"{RESULTS}/{RUN}-headline/headline.png", caption="../report/headline.rst", category="Headline"),
     log:
         f"{RESULTS}/{RUN}-headline/headline.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} headline --summaries {input.summaries} --out-json {output.json} --out-png {output.png} > {log} 2>&1"

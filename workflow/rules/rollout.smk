@@ -12,6 +12,8 @@ rule rollout:
         f"{R}/benchmarks/gen{{g}}/rollout.tsv"
     log:
         f"{R}/logs/gen{{g}}/rollout.log",
+    conda:
+        ENVS["train-gpu"]
     shell:
         "{EVO} rollout --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --prompts {input.prompts} --out {output} --generation {wildcards.g} --threads {threads} > {log} 2>&1"

@@ -13,6 +13,8 @@ rule select:
         f"{R}/benchmarks/gen{{g}}/select.tsv"
     log:
         f"{R}/logs/gen{{g}}/select.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
         " --harness {input.harness} --lineage {params.lineage} --out {output} --generation {wildcards.g}"
@@ -36,6 +38,8 @@ rule promote:
         f"{R}/benchmarks/gen{{g}}/promote.tsv"
     log:
         f"{R}/logs/gen{{g}}/promote.log",
+    conda:
+        ENVS["cpu"]
     shell:
         "{EVO} promote --config {params.conf} --selection {input} --backtest-dir {params.backtests}"
         " --out-policy {output.policy} --out-harness {output.harness} --out-train-log {output.train_log} > {log} 2>&1"
