@@ -7,12 +7,14 @@ min_version("9.0")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/gates.smk"
 include: "workflow/rules/init.smk"
 include: "workflow/rules/rollout.smk"
 include: "workflow/rules/diagnose.smk"
 include: "workflow/rules/propose.smk"
 include: "workflow/rules/backtest.smk"
 include: "workflow/rules/select.smk"
+include: "workflow/rules/skills.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 

@@ -31,6 +31,10 @@ def _stage_parser(sub) -> None:
     add("replay", "rollouts", "harness", "candidate", "pool", "out", "generation")
     add("select", "candidates", "backtest-dir", "harness", "lineage", "out", "generation")
     add("promote", "selection", "backtest-dir", "out-policy", "out-harness", "out-train-log")
+    add("skills", "run-dir", "selection", "diagnosis", "candidates", "out", "generation")
+    p = add("gate", "run-dir", "generation", "out")
+    p.add_argument("--stage", dest="stage_name", required=True)
+    p.add_argument("--log", default=None)
     add("evaluate", "policy", "harness", "test", "out-json", "out-rollouts", "arm", "threads")
     p = ss.add_parser("report")
     p.add_argument("--run-dir", required=True)
@@ -44,7 +48,7 @@ def _stage_parser(sub) -> None:
     p.add_argument("--selections", nargs="+", required=True)
 
 
-def _run_stage(a: argparse.Namespace) -> None:
+def _run_stage(a: argparse.Namespace) -> int | None:
     from evotrainer import runtime  # noqa: F401  (offline env vars before any HF import)
 
     if a.stage == "data":
@@ -73,6 +77,13 @@ def _run_stage(a: argparse.Namespace) -> None:
         from evotrainer.harness import harness_id
         from evotrainer.stages import select
         select.run(a.config, a.candidates, a.backtest_dir, harness_id(a.harness), a.lineage, a.out, int(a.generation))
+    elif a.stage == "skills":
+        from evotrainer.stages import skills
+        skills.run(a.config, a.run_dir, a.selection, a.diagnosis, a.candidates, a.out, int(a.generation))
+    elif a.stage == "gate":
+        from evotrainer import approvals
+        from evotrainer.stages.common import config
+        return approvals.run_gate(config(a.config), a.run_dir, int(a.generation), a.stage_name, a.out, a.log)
     elif a.stage == "promote":
         from evotrainer.stages import select
         select.promote(a.selection, a.backtest_dir, a.out_policy, a.out_harness, a.out_train_log)
@@ -91,6 +102,25 @@ def _run_stage(a: argparse.Namespace) -> None:
                     a.out_json, a.out_md)
 
 
+def _gate_parsers(sub) -> None:
+    """Human gates (evotrainer.approvals): decide at a gate where the workflow stopped."""
+    for name, text in (("approve", "pass a human gate; then rerun the snakemake command"),
+                       ("revise", "redo a gated stage with feedback for the agent; then rerun snakemake")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run", help="run name (under --results) or run directory")
+        p.add_argument("generation", type=int)
+        p.add_argument("stage", help="diagnosis | propose | backtest | select (after_ prefix optional)")
+        if name == "revise":
+            p.add_argument("feedback", help="what the agent should do differently")
+        p.add_argument("--by", default=None, help="who decides (default: the login name)")
+        p.add_argument("--results", default="results")
+    p = sub.add_parser("abort", help="stop a run at its pending (or next) human gate")
+    p.add_argument("run")
+    p.add_argument("reason", nargs="?", default=None)
+    p.add_argument("--by", default=None)
+    p.add_argument("--results", default="results")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="evotrainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=text)
         p.add_argument("run", help="run name (under --results) or run directory")
         p.add_argument("--results", default="results")
+    _gate_parsers(sub)
     p = sub.add_parser("show", help="one generation: findings, candidates, verdicts")
     p.add_argument("run")
     p.add_argument("generation", type=int)
@@ -116,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     a = parser.parse_args(argv)
     if a.command == "stage":
-        _run_stage(a)
-        return 0
+        return _run_stage(a) or 0
     if a.command == "config":
         from evotrainer.config import ConfigError, compose, to_yaml
         try:
@@ -128,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from evotrainer import inspect_cli
 
+    if a.command in ("approve", "revise", "abort"):
+        from evotrainer import gate_cli
+        return gate_cli.main(a)
     if a.command == "evidence":
         return inspect_cli.validate_evidence(a.file)
     if a.command == "show":

@@ -101,6 +101,26 @@ class SearchConf:
 
 
 @dataclass
+class SkillsConf:
+    enabled: bool = True
+    library_dir: str | None = None  # cross-run skill library; null = <results_dir>/skill_library
+    fail_margin: float = 0.02  # a rejected candidate counts as a failed skill when it lost by at least this
+    min_similarity: float = 0.5  # weighted-Jaccard similarity a skill's trigger needs to be used
+    retrieve_k: int = 5
+
+
+@dataclass
+class HumanGatesConf:
+    """Human gates (not the validity gates of search.gates): stop the workflow for an approval."""
+
+    after_diagnosis: bool = False
+    after_propose: bool = False
+    after_backtest: bool = False
+    after_select: bool = False
+    after_failed_generations: int = 0  # automatic gate after this many generations in a row without a promotion
+
+
+@dataclass
 class Config:
     run: str = "default"
     results_dir: str = "results"
@@ -112,6 +132,8 @@ class Config:
     agent: AgentConf = field(default_factory=AgentConf)
     harness: HarnessConf = field(default_factory=HarnessConf)
     search: SearchConf = field(default_factory=SearchConf)
+    skills: SkillsConf = field(default_factory=SkillsConf)
+    gates: HumanGatesConf = field(default_factory=HumanGatesConf)
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -131,6 +153,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "agent.max_candidates": (0, 64),
     "trainer.threads": (1, 256),
     "search.seeds": (1, 64),
+    "skills.fail_margin": (0.0, 1.0),
+    "skills.min_similarity": (0.0, 1.0),
+    "skills.retrieve_k": (0, 100),
+    "gates.after_failed_generations": (0, 1000),
     "search.confidence": (0.5, 0.999),
     "search.headline_seeds": (1, 100),
     "policy.sft.target_val_accuracy": (0.0, 1.1),

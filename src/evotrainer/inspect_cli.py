@@ -77,6 +77,10 @@ def status(run: str, results: str = "results") -> None:
     running = running_outputs(run_dir)
     console.print(f"running jobs: {len(running)}" + "".join(f"\n  {r}" for r in running))
     console.print(f"best val accuracy so far: {_fmt(best)}")
+    from evotrainer.approvals import status_lines
+
+    for line in status_lines(run_dir):  # human gates: abort, pending gates with their commands, last decision
+        console.print(line, markup=False, highlight=False)
     summary = run_dir / "summary.json"
     if summary.exists():
         s = json.loads(summary.read_text())
@@ -122,7 +126,7 @@ def lineage(run: str, results: str = "results") -> None:
     table = Table(title=f"lineage of {run} ({len(table_df)} candidates)")
     for col in ("gen", "id", "intervention", "val acc", "Δ control", "verdict", "failure"):
         table.add_column(col)
-    colours = {"promoted": "green", "kept": "blue", "rejected": "dim", "failed": "red", "vetoed": "magenta"}
+    colours = {"promoted": "green", "kept": "blue", "rejected": "dim", "failed": "red", "vetoed": "magenta", "registered": "yellow"}
     for r in table_df.itertuples():
         table.add_row(str(r.generation), r.candidate_id, r.intervention, _fmt(r.val_accuracy), _fmt(r.delta_vs_control),
                       f"[{colours.get(r.verdict, 'white')}]{r.verdict}[/]", _text(r.failure_label))

@@ -6,6 +6,7 @@ rule replay:
         harness=f"{R}/gen{{g}}/harness",
         rollouts=f"{R}/gen{{g}}/rollouts.parquet",
         pool=f"{R}/data/train.parquet",
+        gate=human_gate("propose"),
     output:
         f"{R}/gen{{g}}/replay/{{cid}}.json",
     params:

@@ -86,6 +86,10 @@ def previous_selection(wildcards):
     return f"{RESULTS}/{wildcards.run}/gen{int(wildcards.g) - 1}/selection.json"
 
 
+def previous_skills(wildcards):
+    return f"{RESULTS}/{wildcards.run}/gen{int(wildcards.g) - 1}/skills.json"
+
+
 def all_selections(wildcards):
     return [f"{RESULTS}/{wildcards.run}/gen{g}/selection.json" for g in range(G)]
 

@@ -3,6 +3,7 @@ checkpoint propose:
     input:
         diagnosis=f"{R}/gen{{g}}/diagnosis.json",
         harness=f"{R}/gen{{g}}/harness",
+        gate=human_gate("diagnosis"),
     output:
         candidates=directory(f"{R}/gen{{g}}/candidates"),
     params:

@@ -3,6 +3,7 @@ rule select:
         candidates=f"{R}/gen{{g}}/candidates",
         harness=f"{R}/gen{{g}}/harness",
         metrics=backtest_metrics,
+        gate=human_gate("backtest"),
     output:
         f"{R}/gen{{g}}/selection.json",
     params:
@@ -24,7 +25,9 @@ rule select:
 # The winner of generation g-1 becomes the starting point of generation g (g >= 1; gen0 comes from init).
 rule promote:
     input:
-        previous_selection,
+        selection=previous_selection,
+        skills=previous_skills,
+        gate=human_gate("select", previous=True),
     output:
         policy=directory(f"{R}/gen{{g}}/policy"),
         harness=directory(f"{R}/gen{{g}}/harness"),
@@ -41,5 +44,5 @@ rule promote:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} promote --config {params.conf} --selection {input} --backtest-dir {params.backtests}"
+        "{EVO} promote --config {params.conf} --selection {input.selection} --backtest-dir {params.backtests}"
         " --out-policy {output.policy} --out-harness {output.harness} --out-train-log {output.train_log} > {log} 2>&1"

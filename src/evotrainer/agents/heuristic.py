@@ -12,9 +12,13 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from evotrainer.agents.base import ProposalContext
-from evotrainer.candidate import Proposal
+from evotrainer.agents.guidance import Guidance
+from evotrainer.candidate import Proposal, validate
 from evotrainer.harness import load_recipe
 from evotrainer.runtime import diff_hash
 
@@ -168,39 +172,102 @@ CATALOGUE: tuple[Intervention, ...] = (
 )
 
 
+HARNESS_STEMS = ("recipe", "reward", "curriculum", "diagnostics")
+
+
+def vocabulary(recipe: dict) -> set[str]:
+    """What human feedback can name: interventions, recipe keys, harness files."""
+    return {i.name for i in CATALOGUE} | set(recipe) | set(HARNESS_STEMS)
+
+
+def touched_names(recipe: dict, new_files: dict[str, str]) -> set[str]:
+    """The recipe keys an edit changes and the code files it edits (by stem)."""
+    names = {Path(f).stem for f in new_files if f != "recipe.yaml"}
+    if "recipe.yaml" in new_files:
+        new = yaml.safe_load(new_files["recipe.yaml"]) or {}
+        names |= {key for key, value in new.items() if recipe.get(key) != value}
+    return names
+
+
+def _diff_files(diff: str) -> list[str]:
+    return sorted({line[6:].strip() for line in diff.splitlines() if line.startswith("+++ b/")})
+
+
+def _skill_note(skill: dict | None) -> str:
+    if not skill:
+        return ""
+    gain = skill["validation"].get("mean_gain")
+    return (f" (Skill {skill['skill_id']} worked before for a similar diagnosis: mean gain "
+            f"{'n/a' if gain is None else f'{gain:+.3f}'}, held in {len(skill['validation']['held_in'])} domain(s).)")
+
+
 class HeuristicAgent:
     name = "heuristic"
 
     def narrate(self, context: ProposalContext) -> str:
         flagged = [f for f in context.findings if f["severity"] in ("warn", "critical")]
         if not flagged:
-            return "No diagnostic crossed its threshold; proposals are exploratory."
-        parts = [f"{f['name']} = {f['value']:.3g} ({f['severity']}, threshold {f['threshold']})" for f in flagged]
-        return "Flagged: " + "; ".join(parts) + "."
+            text = "No diagnostic crossed its threshold; proposals are exploratory."
+        else:
+            parts = [f"{f['name']} = {f['value']:.3g} ({f['severity']}, threshold {f['threshold']})" for f in flagged]
+            text = "Flagged: " + "; ".join(parts) + "."
+        recipe = load_recipe(context.harness_dir)
+        steer = Guidance.from_context(context, vocabulary(recipe)).summary(context.feedback)
+        return text + ("\n\n" + steer if steer else "")
 
     def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        """Catalogue interventions that apply, minus those already tried from this parent, avoided by
+        human feedback or failed as skills; ordered by feedback preference, then worked skills, then
+        the weight of the findings that trigger them, then catalogue order (see agents/guidance.py)."""
         recipe = load_recipe(context.harness_dir)
         files = {name: (context.harness_dir / name).read_text(encoding="utf-8")
                  for name in ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")}
         severity = {f["name"]: SEVERITY_WEIGHT.get(f["severity"], 0.0) for f in context.findings}
         tried = self._tried(context)
-        ranked = sorted(
-            enumerate(CATALOGUE),
-            key=lambda item: (-sum(severity.get(t, 0.0) for t in item[1].triggers), item[0]),
-        )
-        proposals: list[Proposal] = []
-        for _, intervention in ranked:
-            if len(proposals) >= k:
-                break
+        guidance = Guidance.from_context(context, vocabulary(recipe))
+        options: list[tuple[tuple, Proposal]] = []
+        for index, intervention in enumerate(CATALOGUE):
             new_files = intervention.edit(recipe, files)
             if not new_files:
                 continue
             diff = "".join(unified_diff(name, files[name], text) for name, text in new_files.items())
             if not diff or diff_hash(diff) in tried:
                 continue
+            names = {intervention.name, *touched_names(recipe, new_files)}
+            if guidance.blocked(names):
+                continue
             targeted = [t for t in intervention.triggers if severity.get(t, 0.0) > 0]
-            proposals.append(Proposal(intervention.name, intervention.hypothesis, targeted, intervention.success_criterion, diff))
-        return proposals
+            hypothesis = intervention.hypothesis + _skill_note(guidance.worked.get(intervention.name))
+            score = sum(severity.get(t, 0.0) for t in intervention.triggers)
+            options.append(((*guidance.rank(intervention.name, names), -score, index),
+                            Proposal(intervention.name, hypothesis, targeted, intervention.success_criterion, diff)))
+        options += self._skill_proposals(context, guidance, tried, severity)
+        options.sort(key=lambda option: option[0])
+        # diagnostics changes cost no training (backtested on archived evidence): they come on top of k
+        from evotrainer.agents.diagnostic_ideas import propose_diagnostics
+
+        return [proposal for _, proposal in options[:k]] + propose_diagnostics(context, tried)
+
+    @staticmethod
+    def _skill_proposals(context: ProposalContext, guidance: Guidance, tried: set[str],
+                         severity: dict[str, float]) -> list[tuple[tuple, Proposal]]:
+        """Worked skills the catalogue does not know (an LLM's or a user's intervention): their recorded
+        diff, when it still applies to this harness."""
+        known = {i.name for i in CATALOGUE}
+        out = []
+        for name, skill in sorted(guidance.worked.items()):
+            diff = skill["diff"]
+            if name in known or not diff.strip() or diff_hash(diff) in tried:
+                continue
+            names = {name, *(Path(f).stem for f in _diff_files(diff))}
+            if guidance.blocked(names) or not validate(context.harness_dir, diff)["ok"]:
+                continue
+            expected = skill["expected_outcome"]
+            targeted = [t for t in skill["trigger"]["signature"] if severity.get(t, 0.0) > 0]
+            out.append(((*guidance.rank(name, names), 0.0, -1),
+                        Proposal(name, expected["hypothesis"] + _skill_note(skill), targeted,
+                                 expected["success_criterion"], diff)))
+        return out
 
     @staticmethod
     def _tried(context: ProposalContext) -> set[str]:

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from evotrainer import lineage
+from evotrainer import approvals, lineage, skills
 from evotrainer.agents import ProposalContext, make_agent
 from evotrainer.atomic import atomic_dir, read_json
 from evotrainer.candidate import CONTROL, Proposal, validate
@@ -26,7 +26,12 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
     context = ProposalContext(
         generation=generation, harness_dir=Path(harness_dir), harness_id=harness_id(harness_dir),
         findings=diagnosis["findings"], lineage=lineage.read(lineage_path),
+        feedback=approvals.feedback_for(Path(out_dir).parents[1], generation),  # from `evotrainer revise`
     )
+    # skills that match this diagnosis (this run's and the cross-run library's); agents may retrieve more
+    context.extra["skills_dirs"] = skills.stores(cfg, Path(out_dir).parents[1]) if cfg.skills.enabled else []
+    context.extra["skills"] = skills.retrieve(context.extra["skills_dirs"], _severities(diagnosis["findings"]),
+                                              k=cfg.skills.retrieve_k, min_similarity=cfg.skills.min_similarity)
     agent = make_agent(cfg.agent)
     narrative = agent.narrate(context)
     try:
@@ -60,6 +65,10 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
             + "".join(f"- `c{i}` {p.intervention}: {p.hypothesis}\n" for i, p in enumerate(proposals, 1)),
             encoding="utf-8",
         )
+
+
+def _severities(findings: list[dict]) -> dict[str, str]:
+    return {f["name"]: f["severity"] for f in findings if f["severity"] in ("warn", "critical")}
 
 
 def user_candidates(folder: str | None, context: ProposalContext) -> list[Proposal]:

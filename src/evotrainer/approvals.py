@@ -1,0 +1,248 @@
+"""Human gates: the workflow stops after a stage until a person approves, revises or aborts.
+
+``gates.after_<stage>`` (diagnosis, propose, backtest, select) puts a `gate` job between the stage and
+what consumes it; ``gates.after_failed_generations: N`` raises the after-select gate by itself once N
+generations in a row promoted nothing. (``search.gates`` are something else: the validity gates of
+select, evotrainer.gates.)
+
+A gate job passes when the gate is not required, or when the latest decision for it is ``approve``.
+Otherwise it writes ``approvals/pending/gen<g>_<stage>.json``, prints what to review and which command
+to run, and fails, so Snakemake stops. The commands record a decision and return; the user then reruns
+the same snakemake command, which resumes from the gate (approve does not start Snakemake itself: the
+user's own command line, profile and cores are the ones to reuse).
+
+- ``approve RUN GEN STAGE``: the gate passes on the next run.
+- ``revise RUN GEN STAGE "feedback"``: the agent redoes its part of the generation with the feedback
+  (in ProposalContext.feedback and the narrative). Revising the diagnosis reruns diagnose and then the
+  proposals; revising propose, backtest or select reruns propose and everything after it in that
+  generation. The outputs that must be redone are deleted, so Snakemake reruns them; the gates after
+  that point ask again.
+- ``abort RUN``: every gate of the run fails from now on with the abort's reason; the run stops cleanly
+  at its pending (or next) gate.
+
+Every decision (action, who, when, feedback) is appended to ``approvals/decisions.jsonl``; the latest
+per gate is ``approvals/gen<g>_<stage>.json``; the abort is ``approvals/abort.json``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from evotrainer.atomic import read_json, write_json, write_text
+
+STAGES = ("diagnosis", "propose", "backtest", "select")
+ALIASES = {"diagnose": "diagnosis", "proposal": "propose", "proposals": "propose", "selection": "select"}
+# what each gate lets the user review, relative to gen<g>/
+REVIEW = {
+    "diagnosis": "diagnosis.md (and diagnostics.parquet)",
+    "propose": "candidates/ (narrative.md, */proposal.json, */harness.diff)",
+    "backtest": "backtest/*/metrics.json (and replay/)",
+    "select": "selection.json (and skills.json, ../lineage.parquet)",
+}
+# generation outputs a revise deletes so Snakemake redoes them
+DIAGNOSIS_OUTPUTS = ("diagnostics.parquet", "diagnosis.json", "diagnosis.md")
+PROPOSAL_OUTPUTS = ("candidates", "replay", "backtest", "selection.json", "skills.json")
+
+
+class GateError(RuntimeError):
+    """A gate that stops the workflow, or a command that cannot be applied; the message says what to do."""
+
+
+def stage_name(stage: str) -> str:
+    name = stage.removeprefix("after_")
+    name = ALIASES.get(name, name)
+    if name not in STAGES:
+        raise GateError(f"unknown gate stage '{stage}'; choose one of {list(STAGES)}")
+    return name
+
+
+def approvals_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "approvals"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _record(run_dir: Path, decision: dict) -> dict:
+    decision = {"at": _now(), "at_unix": time.time(), **decision}
+    log = approvals_dir(run_dir) / "decisions.jsonl"
+    previous = log.read_text(encoding="utf-8") if log.exists() else ""
+    write_text(log, previous + json.dumps(decision) + "\n")
+    return decision
+
+
+def decisions(run_dir: str | Path) -> list[dict]:
+    log = approvals_dir(run_dir) / "decisions.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def latest(run_dir: str | Path, generation: int, stage: str) -> dict | None:
+    path = approvals_dir(run_dir) / f"gen{generation}_{stage}.json"
+    return read_json(path) if path.exists() else None
+
+
+def aborted(run_dir: str | Path) -> dict | None:
+    path = approvals_dir(run_dir) / "abort.json"
+    return read_json(path) if path.exists() else None
+
+
+def pending(run_dir: str | Path) -> list[dict]:
+    folder = approvals_dir(run_dir) / "pending"
+    return [read_json(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def feedback_for(run_dir: str | Path, generation: int) -> str | None:
+    """All revise feedback given for this generation, oldest first (what the agent is told)."""
+    notes = [d["feedback"] for d in decisions(run_dir)
+             if d["action"] == "revise" and d["generation"] == generation and d.get("feedback")]
+    return "\n".join(notes) if notes else None
+
+
+# ---------------------------------------------------------------------------------------------- the gate job
+
+def required(gates_cfg, run_dir: str | Path, generation: int, stage: str) -> str | None:
+    """Why this gate must stop the run, or None."""
+    if gates_cfg[f"after_{stage}"]:
+        return f"gates.after_{stage}=true"
+    n = int(gates_cfg.after_failed_generations)
+    if stage == "select" and n > 0 and generation + 1 >= n:
+        recent = [Path(run_dir) / f"gen{g}" / "selection.json" for g in range(generation - n + 1, generation + 1)]
+        if all(p.exists() and read_json(p)["promoted"] == "control" for p in recent):
+            return (f"gates.after_failed_generations={n}: generations {generation - n + 1}..{generation} "
+                    "promoted no candidate")
+    return None
+
+
+def commands(run: str, generation: int, stage: str, results: str) -> list[str]:
+    opt = "" if results == "results" else f" --results {results}"
+    return [f"evotrainer approve {run} {generation} {stage}{opt}",
+            f'evotrainer revise {run} {generation} {stage} "what to change"{opt}',
+            f"evotrainer abort {run}{opt}"]
+
+
+def check(cfg, run_dir: str | Path, generation: int, stage: str) -> dict:
+    """What the gate job does: returns the pass record, or raises GateError with the message to show."""
+    run_dir, stage = Path(run_dir), stage_name(stage)
+    gate = f"after_{stage}"
+    abort = aborted(run_dir)
+    if abort:
+        raise GateError(f"EvoTrainer: run '{cfg.run}' was aborted by {abort['by']} at {abort['at']}"
+                        f"{': ' + abort['reason'] if abort.get('reason') else ''}. It stops at gate {gate} of "
+                        f"generation {generation}. To go on after all, delete {approvals_dir(run_dir) / 'abort.json'}.")
+    reason = required(cfg.gates, run_dir, generation, stage)
+    marker = approvals_dir(run_dir) / "pending" / f"gen{generation}_{stage}.json"
+    if reason is None:
+        return {"generation": generation, "stage": stage, "decision": "not_required"}
+    decision = latest(run_dir, generation, stage)
+    if decision and decision["action"] == "approve":
+        marker.unlink(missing_ok=True)
+        return {"generation": generation, "stage": stage, "decision": "approve", "reason": reason,
+                "by": decision["by"], "at": decision["at"]}
+    cmds = commands(cfg.run, generation, stage, cfg.results_dir)
+    write_json(marker, {"run": cfg.run, "generation": generation, "stage": stage, "gate": gate, "reason": reason,
+                        "since": _now(), "review": f"{run_dir}/gen{generation}/{REVIEW[stage]}", "commands": cmds,
+                        "revised": bool(decision and decision["action"] == "revise")})
+    again = " (revised; review the new outputs)" if decision and decision["action"] == "revise" else ""
+    raise GateError(
+        f"EvoTrainer: human gate {gate} stops run '{cfg.run}' at generation {generation}{again} ({reason}).\n"
+        f"  Review: {run_dir}/gen{generation}/{REVIEW[stage]}\n"
+        "  Then run one of:\n" + "".join(f"    {c}\n" for c in cmds)
+        + "  and rerun the same snakemake command to continue."
+    )
+
+
+def run_gate(cfg, run_dir: str, generation: int, stage: str, out: str, log: str | None = None) -> int:
+    """The `gate` stage: 0 and the pass record written to ``out``, or 1 with the message on stderr."""
+    try:
+        record = check(cfg, run_dir, generation, stage)
+    except GateError as err:
+        message = str(err)
+        print(message, file=sys.stderr)
+        if log:
+            write_text(log, message + "\n")
+        return 1
+    write_json(out, record)
+    if log:
+        write_text(log, f"gate after_{record['stage']} gen{generation}: {record['decision']}\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- the commands
+
+def approve(run_dir: str | Path, run: str, generation: int, stage: str, by: str | None = None) -> dict:
+    run_dir, stage = Path(run_dir), stage_name(stage)
+    _check_generation(run_dir, generation)
+    decision = _record(run_dir, {"action": "approve", "run": run, "generation": generation, "stage": stage,
+                                 "by": by or getpass.getuser(), "feedback": None})
+    write_json(approvals_dir(run_dir) / f"gen{generation}_{stage}.json", decision)
+    (approvals_dir(run_dir) / "pending" / f"gen{generation}_{stage}.json").unlink(missing_ok=True)
+    return decision
+
+
+def revise(run_dir: str | Path, run: str, generation: int, stage: str, feedback: str, by: str | None = None) -> dict:
+    run_dir, stage = Path(run_dir), stage_name(stage)
+    _check_generation(run_dir, generation)
+    if not feedback.strip():
+        raise GateError("revise needs feedback: say what the agent should do differently")
+    if (run_dir / f"gen{generation + 1}" / "policy").exists():
+        raise GateError(f"generation {generation} of run '{run}' is already promoted (gen{generation + 1}/policy "
+                        "exists); only a generation that has not moved on can be revised")
+    gen = run_dir / f"gen{generation}"
+    redo = list(PROPOSAL_OUTPUTS) + (list(DIAGNOSIS_OUTPUTS) if stage == "diagnosis" else [])
+    first = "diagnosis" if stage == "diagnosis" else "propose"
+    decision = _record(run_dir, {"action": "revise", "run": run, "generation": generation, "stage": stage,
+                                 "by": by or getpass.getuser(), "feedback": feedback, "reruns": redo})
+    for name in redo:
+        path = gen / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    # every gate from the rerun point on must be passed again
+    for later in STAGES[STAGES.index(first):]:
+        (gen / "gates" / f"{later}.json").unlink(missing_ok=True)
+        if (approvals_dir(run_dir) / f"gen{generation}_{later}.json").exists() or later == stage:
+            write_json(approvals_dir(run_dir) / f"gen{generation}_{later}.json", decision)
+        (approvals_dir(run_dir) / "pending" / f"gen{generation}_{later}.json").unlink(missing_ok=True)
+    return decision
+
+
+def abort(run_dir: str | Path, run: str, reason: str | None = None, by: str | None = None) -> dict:
+    run_dir = Path(run_dir)
+    decision = _record(run_dir, {"action": "abort", "run": run, "generation": None, "stage": None,
+                                 "by": by or getpass.getuser(), "feedback": reason})
+    write_json(approvals_dir(run_dir) / "abort.json", decision | {"reason": reason})
+    shutil.rmtree(approvals_dir(run_dir) / "pending", ignore_errors=True)
+    return decision
+
+
+def _check_generation(run_dir: Path, generation: int) -> None:
+    if not (run_dir / f"gen{generation}").is_dir():
+        raise GateError(f"run {run_dir} has no generation {generation} (no {run_dir / f'gen{generation}'})")
+
+
+def status_lines(run_dir: str | Path) -> list[str]:
+    """What `evotrainer status` says about gates: the abort, pending gates, and the last decision."""
+    lines = []
+    abort = aborted(run_dir)
+    if abort:
+        lines.append(f"ABORTED by {abort['by']} at {abort['at']}" + (f": {abort['reason']}" if abort.get("reason") else ""))
+    for gate in pending(run_dir):
+        lines.append(f"PENDING human gate {gate['gate']} at generation {gate['generation']} since {gate['since']} "
+                     f"({gate['reason']}); review {gate['review']}")
+        lines += [f"    {c}" for c in gate["commands"]]
+    made = decisions(run_dir)
+    if made:
+        last = made[-1]
+        where = f" gen{last['generation']} {last['stage']}" if last["generation"] is not None else ""
+        lines.append(f"human decisions: {len(made)}; last: {last['action']}{where} by {last['by']} at {last['at']}")
+    return lines
