@@ -47,3 +47,31 @@ def harness(tmp_path):
     dest = tmp_path / "harness"
     shutil.copytree(DEFAULT_HARNESS, dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def backtests(tmp_path_factory, tiny_policy, splits):
+    """Real 20-step backtests of the control, a good change and the planted reward hacks (~40 s)."""
+    from evotrainer.agents.heuristic import set_recipe_values, unified_diff
+    from evotrainer.atomic import write_parquet
+    from evotrainer.config import compose, to_yaml
+    from evotrainer.harness import DEFAULT_HARNESS
+    from evotrainer.stages import backtest
+    from tests.hacks import HACKS, hack_diff, write_candidate
+
+    root = tmp_path_factory.mktemp("gates")
+    conf = root / "config.yaml"
+    conf.write_text(to_yaml(compose(["experiment=quick"])))
+    data = root / "data"
+    for split in ("train", "val", "probe"):
+        write_parquet(data / f"{split}.parquet", splits[split])
+    recipe = (DEFAULT_HARNESS / "recipe.yaml").read_text()
+    diffs = {"control": "", "lower_lr": unified_diff("recipe.yaml", recipe, set_recipe_values(recipe, {"lr": 1e-4}))}
+    diffs |= {name: hack_diff(name) for name in HACKS}
+    results = {}
+    for cid, diff in diffs.items():
+        folder = write_candidate(root / "candidates" / cid, cid, diff)
+        backtest.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(folder), str(data), None,
+                     str(root / "backtest" / cid), generation=0, steps=20)
+        results[cid] = root / "backtest" / cid
+    return results

@@ -2,37 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from evotrainer.agents.heuristic import set_recipe_values, unified_diff
-from evotrainer.atomic import write_parquet
-from evotrainer.config import compose, to_yaml
 from evotrainer.gates import evaluate
-from evotrainer.harness import DEFAULT_HARNESS
-from evotrainer.stages import backtest
-from tests.hacks import HACKS, hack_diff, write_candidate
-
-STEPS = 20
-
-
-@pytest.fixture(scope="module")
-def backtests(tmp_path_factory, tiny_policy, splits):
-    root = tmp_path_factory.mktemp("gates")
-    conf = root / "config.yaml"
-    conf.write_text(to_yaml(compose(["experiment=quick"])))
-    data = root / "data"
-    for split in ("train", "val"):
-        write_parquet(data / f"{split}.parquet", splits[split])
-    recipe = (DEFAULT_HARNESS / "recipe.yaml").read_text()
-    diffs = {"control": "", "lower_lr": unified_diff("recipe.yaml", recipe, set_recipe_values(recipe, {"lr": 1e-4}))}
-    diffs |= {name: hack_diff(name) for name in HACKS}
-    results = {}
-    for cid, diff in diffs.items():
-        folder = write_candidate(root / "candidates" / cid, cid, diff)
-        backtest.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(folder), str(data), None,
-                     str(root / "backtest" / cid), generation=0, steps=STEPS)
-        results[cid] = root / "backtest" / cid
-    return results
 
 
 def vetoes(backtests, cid):

@@ -60,10 +60,28 @@ class PolicyConf:
 
 
 @dataclass
+class VerlConf:
+    """trainer.name=verl only (see conf/trainer/verl.yaml and evotrainer.backends.verl)."""
+
+    python: str | None = None  # interpreter that runs verl; null = the one running evotrainer
+    nnodes: int = 1  # > 1: Ray is started across the SLURM allocation (backends/verl/ray_on_slurm.sh)
+    n_gpus_per_node: int = 1
+    rollout_engine: str = "vllm"  # verl 0.9.1 rolls out with vllm, sglang or trtllm only
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.5
+    micro_batch_size_per_gpu: int = 8
+    clip_ratio_c: float = 3.0  # verl's dual-clip bound; the recipe has no such knob (the local trainer does not dual-clip)
+    timeout_s: float = 86_400.0
+    overrides: list[str] = field(default_factory=list)  # extra verl Hydra overrides, applied last
+
+
+@dataclass
 class TrainerConf:
     name: str = "local"
     device: str = "auto"
     threads: int = 1
+    precision: str = "auto"  # auto: bf16 autocast on CUDA (fp32 master weights), fp32 on CPU | fp32 | bf16
+    verl: VerlConf = field(default_factory=VerlConf)
 
 
 @dataclass
@@ -74,15 +92,53 @@ class RolloutConf:
 
 
 @dataclass
+class AgentBudgetConf:
+    max_tokens: int | None = None  # per run, input + output + cache tokens; null = no limit
+    max_cost_usd: float | None = None  # per run, estimated from agent.prices; null = no limit
+
+
+@dataclass
+class AgentPricesConf:  # USD per million tokens, used for the cost column of agent_calls.parquet
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+@dataclass
 class AgentConf:
     name: str = "heuristic"
     max_candidates: int = 3
     extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
+    # LLM agents (claude, openai) only; see conf/agent/claude.yaml and evotrainer.agents.llm
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None  # the key is read from this environment variable, never from config
+    max_tokens: int = 8192  # per reply
+    temperature: float | None = None  # null = the endpoint's default (some models reject other values)
+    timeout_s: float = 120.0
+    max_retries: int = 4  # the SDK's own retries with backoff on 408/409/429/5xx/529/timeouts
+    max_invalid_replies: int = 3  # invalid replies for one candidate before it is recorded as failed
+    max_turns: int = 24  # model replies per generation
+    tool_output_chars: int = 6000
+    max_diff_bytes: int = 16000
+    budget: AgentBudgetConf = field(default_factory=AgentBudgetConf)
+    prices: AgentPricesConf = field(default_factory=AgentPricesConf)
 
 
 @dataclass
 class HarnessConf:
     initial: str | None = None
+
+
+@dataclass
+class DiagnosticsSearchConf:
+    """Evolving diagnostics: how a proposed diagnostics change is backtested on archived evidence."""
+
+    collapse_drop: float = 0.10  # a branch this far below its control's val accuracy counts as collapsed
+    min_bad_recall: float = 1.0  # share of known-bad branches the change must flag
+    max_good_flag_rate: float = 0.0  # share of known-good branches it may flag
+    timeout_s: float = 60.0  # wall-clock limit for the candidate diagnostics over all archived evidence
 
 
 @dataclass
@@ -98,6 +154,7 @@ class SearchConf:
     confidence: float = 0.95
     headline_seeds: int = 5
     gates: bool = True
+    diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())
 
 
 @dataclass
@@ -139,11 +196,13 @@ class Config:
 CHOICES: dict[str, tuple[str, ...]] = {
     "task.name": ("arithmetic",),
     "policy.name": ("tiny", "hf"),
-    "trainer.name": ("local",),
+    "trainer.name": ("local", "verl"),
     "trainer.device": ("auto", "cpu", "cuda"),
-    "rollout.name": ("hf",),
+    "trainer.precision": ("auto", "fp32", "bf16"),
+    "trainer.verl.rollout_engine": ("vllm", "sglang", "trtllm"),
+    "rollout.name": ("hf", "vllm"),  # vllm: the package is needed where the rollout job runs (clear error if not)
     "rollout.split": ("probe", "train", "val"),  # never test: the protocol guard
-    "agent.name": ("heuristic",),
+    "agent.name": ("heuristic", "claude", "openai"),
     "search.mode": ("single",),
     "search.selection": ("greedy", "bootstrap"),
 }
@@ -151,7 +210,21 @@ RANGES: dict[str, tuple[float, float]] = {
     "search.generations": (1, 1000),
     "search.steps_per_generation": (1, 1_000_000),
     "agent.max_candidates": (0, 64),
+    "agent.max_tokens": (1, 1_000_000),
+    "agent.timeout_s": (0.01, 3600),
+    "agent.max_retries": (0, 20),
+    "agent.max_invalid_replies": (1, 20),
+    "agent.max_turns": (1, 500),
+    "agent.tool_output_chars": (200, 200_000),
+    "agent.max_diff_bytes": (100, 64_000),
     "trainer.threads": (1, 256),
+    "trainer.verl.nnodes": (1, 4096),
+    "trainer.verl.n_gpus_per_node": (1, 64),
+    "trainer.verl.tensor_parallel_size": (1, 64),
+    "trainer.verl.gpu_memory_utilization": (0.05, 0.99),
+    "trainer.verl.micro_batch_size_per_gpu": (1, 65_536),
+    "trainer.verl.clip_ratio_c": (1.0001, 1000.0),
+    "trainer.verl.timeout_s": (1.0, 30 * 86_400.0),
     "search.seeds": (1, 64),
     "skills.fail_margin": (0.0, 1.0),
     "skills.min_similarity": (0.0, 1.0),
@@ -159,6 +232,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "gates.after_failed_generations": (0, 1000),
     "search.confidence": (0.5, 0.999),
     "search.headline_seeds": (1, 100),
+    "search.diagnostics.min_bad_recall": (0.0, 1.0),
+    "search.diagnostics.max_good_flag_rate": (0.0, 1.0),
+    "search.diagnostics.timeout_s": (1.0, 3600.0),
     "policy.sft.target_val_accuracy": (0.0, 1.1),
     "policy.sft.max_steps": (0, 1_000_000),
 }
@@ -218,6 +294,8 @@ def validate(cfg: DictConfig) -> DictConfig:
             raise ConfigError(f"config: 'task.sizes.{split}' must be a positive count")
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
+    if merged.agent.name in ("claude", "openai") and not merged.agent.model:
+        raise ConfigError(f"config: 'agent.model' is required when agent.name={merged.agent.name} (see conf/agent/)")
     OmegaConf.set_readonly(merged, True)
     return merged
 

@@ -11,13 +11,21 @@ import pyarrow.parquet as pq
 
 from evotrainer.atomic import write_parquet
 
-VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed")
+# registered: a diagnostics-only change that passed its backtest on archived evidence (never trained)
+VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered")
 FAILURE_LABELS = (
     "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
     "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "replay_no_signal",
     "replay_low_kept_fraction", "train_crash", "budget_exceeded", "no_gain",
     "vetoed:reward_hacking", "vetoed:reward_correctness", "vetoed:reward_false_positives", "vetoed:length_gaming", "vetoed:exploration_collapse",
     "vetoed:format_exploitation",
+    "diagnostic_crash", "diagnostic_slow", "diagnostic_memory", "diagnostic_violation", "diagnostic_invalid",
+    "diagnostic_no_effect", "diagnostic_flags_everything", "diagnostic_false_alarm", "diagnostic_misses_bad",
+    "diagnostic_unverifiable",
+    # an LLM agent's candidate that stayed invalid after retries, or its endpoint failed (evotrainer.agents.llm)
+    "agent_no_tool_call", "agent_bad_tool_call", "agent_no_diff", "agent_non_utf8", "agent_diff_too_large",
+    "agent_wrong_file", "agent_not_a_diff", "agent_diff_does_not_apply", "agent_duplicate", "agent_api_error",
+    "agent_timeout", "agent_budget_exhausted",
 )
 
 SCHEMA = pa.schema(
@@ -43,6 +51,7 @@ SCHEMA = pa.schema(
         ("verdict", pa.string()),
         ("failure_label", pa.string()),
         ("error", pa.string()),
+        ("evidence", pa.string()),  # JSON: the validity gates' results or the diagnostic backtest's
         ("recorded_at", pa.float64()),
     ]
 )
@@ -65,6 +74,11 @@ def upsert_generation(path: str | Path, rows: pd.DataFrame) -> pd.DataFrame:
     if bad:
         raise ValueError(f"lineage: unknown verdict(s) {sorted(bad)}; allowed {VERDICTS}")
     current = read(path)
+    for name in SCHEMA.names:  # tables written before a column existed read with it empty
+        if name not in current:
+            current[name] = None
+        if name not in rows:
+            rows = rows.assign(**{name: None})
     keys = set(zip(rows["run"], rows["generation"], strict=True))
     keep = current[[(r, g) not in keys for r, g in zip(current["run"], current["generation"], strict=True)]]
     table = pd.concat([keep, rows[SCHEMA.names]], ignore_index=True) if len(keep) else rows[SCHEMA.names]

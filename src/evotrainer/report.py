@@ -24,7 +24,7 @@ from evotrainer.atomic import atomic_path, write_text  # noqa: E402
 
 SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "agent-cost")
 VERDICT_COLOURS = {"promoted": "#2e7d32", "kept": "#1565c0", "rejected": "#9e9e9e", "failed": "#c62828",
-                   "vetoed": "#6a1b9a"}
+                   "vetoed": "#6a1b9a", "registered": "#ef6c00"}
 SEVERITY_LEVEL = {"ok": 0, "warn": 1, "critical": 2}
 CURVES = [("reward_mean", "training reward"), ("accuracy", "training accuracy"), ("dead_group_ratio", "dead-group ratio"),
           ("entropy", "entropy"), ("kl", "KL to parent"), ("response_len_mean", "response length (tokens)")]

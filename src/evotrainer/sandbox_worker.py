@@ -94,7 +94,7 @@ def main() -> int:
                 evidence = load_for_module(item["evidence"], diagnostics)
                 log_path = item.get("train_log")
                 log = pd.read_parquet(log_path) if log_path and Path(log_path).exists() else None
-                results.append(diagnostics.diagnose(evidence, log, recipe))
+                results.append(diagnostics.diagnose(evidence, log, item.get("recipe") or recipe))
                 del evidence
             findings = results if blobs.get("diagnose_sets") else results[0]
             (workdir / "out_findings.json").write_text(json.dumps(findings, default=_jsonable))

@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from evotrainer import evidence, runtime
+from evotrainer import backends, evidence, runtime
 from evotrainer.atomic import atomic_dir, copy_tree, read_json, write_json, write_parquet
 from evotrainer.candidate import CandidateError, apply_diff, check_harness
 from evotrainer.harness import harness_id, load_module, load_recipe
@@ -40,6 +40,12 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
                                                   "error": validation["error"]})
         return
     replayed = read_json(replay) if replay else {"status": "ok"}
+    if replayed["status"] == "diagnostic":  # a diagnostics-only change: its backtest ran on archived evidence
+        result = replayed["diagnostic_backtest"]
+        write_json(out / "metrics.json", base | {
+            "status": "registered" if result["registered"] else "failed", "failure_label": result["failure_label"],
+            "error": None if result["registered"] else result["reason"], "diagnostic_backtest": result})
+        return
     if replayed["status"] == "rejected":  # the replay showed it cannot work: no training
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": replayed["failure_label"],
                                                   "error": f"rejected at replay: {replayed['reason']}"})
@@ -58,7 +64,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         per_seed = []
         for seed_index in range(seeds):
             seed_out = out if seed_index == 0 else out / f"seed{seed_index}"
-            per_seed.append(_train_and_score(cfg, parent_policy, out / "harness", data_dir, evidence_path, seed_out,
+            per_seed.append(backends.trainer(cfg.trainer.name)(cfg, parent_policy, out / "harness", data_dir, evidence_path, seed_out,
                                              generation, steps, threads, split_name, restarts, seed_index))
         metrics = per_seed[0] | {
             f"{split_name}_accuracy": sum(m[f"{split_name}_accuracy"] for m in per_seed) / seeds,

@@ -6,6 +6,9 @@ Early rejections (failure labels): replay_no_signal (every group has zero reward
 get no gradient), replay_low_kept_fraction (dynamic sampling or the curriculum would keep < 10% of
 groups / of the prompt pool), and the sandbox labels when the candidate's code hangs, crashes or
 breaks a sandbox rule on real inputs.
+
+A candidate that changes only diagnostics.py gets the diagnostic backtest instead (status
+"diagnostic"; see evotrainer.diagnostic_backtest): registered or failed, never trained.
 """
 
 from __future__ import annotations
@@ -16,9 +19,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evotrainer import evidence
+from evotrainer import evidence, lineage
 from evotrainer.atomic import read_json, write_json
 from evotrainer.candidate import CandidateError, apply_diff
+from evotrainer.diagnostic_backtest import (
+    DiagnosticBacktestConf,
+    archived_branches,
+    backtest,
+    is_diagnostics_only,
+)
 from evotrainer.gates import reward_auc, reward_false_positive_rate
 from evotrainer.harness import load_recipe
 from evotrainer.sandbox import SandboxError, run_tasks, score_parallel
@@ -41,6 +50,9 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
     if not proposal["validation"]["ok"]:
         write_json(out, base | {"status": "skipped", "reason": "invalid candidate",
                                 "failure_label": proposal["validation"]["failure_label"]})
+        return
+    if is_diagnostics_only(proposal["validation"]):  # evolving diagnostics: checked, never trained
+        write_json(out, base | diagnostic_replay(cfg, rollouts, parent_harness, candidate_dir, generation))
         return
     ev = evidence.read(rollouts)
     pool = read_split(pool_path)
@@ -88,3 +100,16 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         label, reason = "replay_low_kept_fraction", (
             f"would keep {min(groups_kept, pool_kept):.1%} (< {MIN_KEPT_FRACTION:.0%}) of groups / prompt pool")
     write_json(out, base | {"status": "rejected" if label else "ok", "failure_label": label, "reason": reason} | metrics)
+
+
+def diagnostic_replay(cfg, rollouts: str, parent_harness: str, candidate_dir: str, generation: int) -> dict:
+    """Backtest a diagnostics-only candidate on the archived evidence of the run's earlier branches."""
+    run_dir = Path(rollouts).resolve().parents[1]
+    conf = DiagnosticBacktestConf(**dict(cfg.search.diagnostics))
+    branches = archived_branches(run_dir, lineage.read(run_dir / "lineage.parquet"), generation, conf.collapse_drop)
+    diff = (Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
+    with tempfile.TemporaryDirectory(prefix="evotrainer-replay-") as scratch:
+        harness = apply_diff(parent_harness, diff, Path(scratch) / "harness")
+        result = backtest(parent_harness, harness, branches, smoke={"evidence": rollouts}, conf=conf)
+    return {"status": "diagnostic", "diagnostic_backtest": result, "failure_label": result["failure_label"],
+            "reason": result["reason"]}

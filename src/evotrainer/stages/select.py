@@ -4,6 +4,7 @@ in the run's lineage. `promote` then copies the winner into gen<g+1>/ as the nex
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -52,7 +53,9 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
     rows = []
     for cid in cids:
         m, p = metrics[cid], proposals[cid]
-        if m["status"] != "ok":
+        if m["status"] == "registered":
+            verdict, label = "registered", None
+        elif m["status"] != "ok":
             verdict, label = "failed", m["failure_label"]
         elif vetoes.get(cid):
             verdict, label = "vetoed", f"vetoed:{vetoes[cid][0]['gate']}"
@@ -71,6 +74,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
             "train_reward_final": m.get("train_reward_final"), "dead_group_ratio_final": m.get("dead_group_ratio_final"),
             "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
             "verdict": verdict, "failure_label": label, "recorded_at": time.time(),
+            "evidence": json.dumps(m["diagnostic_backtest"] if "diagnostic_backtest" in m else gate_results.get(cid),
+                                   default=str),
             "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes[cid]) if vetoes.get(cid) else None),
         })
     lineage.upsert_generation(lineage_path, pd.DataFrame(rows))
@@ -87,6 +92,11 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         "seeds": cfg.search.seeds,
         "intervals": intervals,
         "gates": gate_results,
+        # diagnostics changes that passed their backtest: promote applies them on top of the winner
+        "registered_diagnostics": [
+            {"candidate_id": cid, "intervention": proposals[cid]["intervention"],
+             "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8")}
+            for cid in cids if metrics[cid]["status"] == "registered"],
         "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain}"
                    + (f"; {cfg.search.confidence:.0%} interval low {intervals[promoted]['ci_low']:+.3f}" if intervals else "")
                    + ")" if promoted != CONTROL
@@ -124,9 +134,29 @@ def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence:
 
 
 def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:
-    chosen = Path(backtest_dir) / read_json(selection)["promoted"]
+    chosen_selection = read_json(selection)
+    chosen = Path(backtest_dir) / chosen_selection["promoted"]
     copy_tree(chosen / "policy", out_policy)
-    copy_tree(chosen / "harness", out_harness)
+    registered = chosen_selection.get("registered_diagnostics", [])
+    if not registered:
+        copy_tree(chosen / "harness", out_harness)
+    else:  # the winner's harness with every registered diagnostics change that still applies on top
+        import tempfile
+
+        from evotrainer.candidate import CandidateError, apply_diff, check_harness
+
+        with tempfile.TemporaryDirectory(prefix="evotrainer-promote-") as scratch:
+            harness = Path(scratch) / "h0"
+            copy_tree(chosen / "harness", harness)
+            for i, item in enumerate(registered, 1):
+                try:
+                    candidate = apply_diff(harness, item["diff"], Path(scratch) / f"h{i}")
+                    check_harness(candidate)
+                    harness = candidate
+                    print(f"promote: registered diagnostics {item['candidate_id']} ({item['intervention']}) applied")
+                except CandidateError as err:  # e.g. the winner changed diagnostics.py itself
+                    print(f"promote: registered diagnostics {item['candidate_id']} no longer applies: {err}")
+            copy_tree(harness, out_harness)
     from evotrainer.atomic import atomic_path
 
     with atomic_path(out_train_log) as tmp:
