@@ -43,15 +43,15 @@ def parse_feedback(text: str | None, vocabulary: set[str]) -> tuple[set[str], se
     terms = {t: t for t in vocabulary} | {alias: t for alias, t in ALIASES.items() if t in vocabulary}
     # "lower learning rate" names lower_lr
     terms |= {re.sub(r"(^|_)lr($|_)", r"\1learning rate\2", t): t for t in vocabulary if re.search(r"(^|_)lr($|_)", t)}
-    patterns = {alias: _term_pattern(alias) for alias in terms}
+    patterns = {alias: _term_pattern(alias) for alias in sorted(terms, key=len, reverse=True)}  # longest first
     for clause in CLAUSES.split(text):
-        named = {terms[alias] for alias, pattern in patterns.items() if pattern.search(clause)}
+        spans = [(m.start(), m.end(), terms[alias]) for alias, pattern in patterns.items() for m in pattern.finditer(clause)]
+        # a mention inside a longer one is part of it ("lr" in "lower_lr", "clip" in "clip_higher")
+        named = {term for s, e, term in spans
+                 if not any(s2 <= s and e <= e2 and (e2 - s2) > (e - s) for s2, e2, _ in spans)}
         words = clause
         for pattern in patterns.values():  # "no_std_normalisation" is a name, not the word "no"
             words = pattern.sub(" ", words)
-        # a longer name mentioned wins over a key inside it ("lower_lr" is not also a mention of "lr")
-        named = {t for t in named if not any(t != other and _term_pattern(t).search(other) and other in named
-                                             for other in named)}
         if NEGATIVE.search(words):
             avoid |= named
         elif POSITIVE.search(words):
