@@ -238,3 +238,51 @@ def test_feedback_changes_the_proposals(harness):
     assert set(names[:2]) == {"lower_lr", "raise_lr"}  # both change lr
     narrative = agent.narrate(context(harness, feedback="looks fine"))
     assert 'Human feedback: "looks fine" -> names no known intervention' in narrative
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+from tests.test_workflow import finished_run, planted  # noqa: E402, F401  (the e2e run, built once per session)
+
+
+@pytest.mark.e2e
+def test_the_loop_records_its_verified_outcomes_as_skills_and_uses_them(finished_run):  # noqa: F811
+    import pandas as pd
+
+    run = finished_run
+    rows = lineage.read(run / "lineage.parquet")
+    library = run.parent / "skill_library"
+    for g in (0, 1):
+        contributed = json.loads((run / f"gen{g}" / "skills.json").read_text())
+        selection = json.loads((run / f"gen{g}" / "selection.json").read_text())
+        expected = {}
+        for r in rows[rows["generation"] == g].itertuples():
+            interval = selection["intervals"].get(r.candidate_id)  # the quick e2e run selects by bootstrap
+            if r.candidate_id == "control":
+                continue
+            if r.verdict == "promoted":
+                expected[r.candidate_id] = "worked"
+            elif r.verdict == "vetoed" or (r.verdict == "rejected" and interval and interval["ci_high"] < 0):
+                expected[r.candidate_id] = "failed"
+        assert {o["candidate_id"]: o["verdict"] for o in contributed["outcomes"]} == expected
+    # the planted reward hacks are vetoed every generation: failed skills, in the run's store and the library
+    stored = {s["intervention"]: s for s in skills.read_store(run / "skills")}
+    assert stored["user:c_pay_for_length"]["verdict"] == "failed"
+    assert {s["skill_id"] for s in skills.read_store(library)} == {s["skill_id"] for s in stored.values()}
+    table = pd.read_parquet(run / "skills" / "skills.parquet")
+    assert len(table) == sum(len(json.loads((run / f"gen{g}" / "skills.json").read_text())["outcomes"]) for g in (0, 1))
+    # generation 1's agent saw generation 0's failures: a catalogue intervention that failed for a similar
+    # diagnosis is not proposed again, and the narrative says so
+    gen0 = json.loads((run / "gen0" / "skills.json").read_text())
+    sig0 = json.loads((run / "gen0" / "diagnosis.json").read_text())
+    sig1 = json.loads((run / "gen1" / "diagnosis.json").read_text())
+    weights = [skills.signature_weights({f["name"]: f["severity"] for f in d["findings"]
+                                         if f["severity"] in ("warn", "critical")}) for d in (sig0, sig1)]
+    if skills.similarity(*weights) >= 0.5:
+        failed = {o["intervention"] for o in gen0["outcomes"] if o["verdict"] == "failed"}
+        proposed = {json.loads(p.read_text())["intervention"] for p in (run / "gen1" / "candidates").glob("*/proposal.json")
+                    if json.loads(p.read_text())["agent"] == "heuristic" and not
+                    json.loads(p.read_text())["intervention"].startswith("user:")}
+        assert not (failed & proposed)
+        narrative = (run / "gen1" / "candidates" / "narrative.md").read_text()
+        assert all(f"({name}) failed before" in narrative for name in failed if not name.startswith("user:"))

@@ -163,7 +163,6 @@ class SkillsConf:
     library_dir: str | None = None  # cross-run skill library; null = <results_dir>/skill_library
     fail_margin: float = 0.02  # a rejected candidate counts as a failed skill when it lost by at least this
     min_similarity: float = 0.5  # weighted-Jaccard similarity a skill's trigger needs to be used
-    retrieve_k: int = 5
 
 
 @dataclass
@@ -228,7 +227,6 @@ RANGES: dict[str, tuple[float, float]] = {
     "search.seeds": (1, 64),
     "skills.fail_margin": (0.0, 1.0),
     "skills.min_similarity": (0.0, 1.0),
-    "skills.retrieve_k": (0, 100),
     "gates.after_failed_generations": (0, 1000),
     "search.confidence": (0.5, 0.999),
     "search.headline_seeds": (1, 100),

@@ -96,14 +96,16 @@ def read_store(store: str | Path) -> list[dict]:
     return skills
 
 
-def retrieve(skills_dirs: Iterable[str | Path], signature: Iterable[str] | dict, k: int = 5,
+def retrieve(skills_dirs: Iterable[str | Path], signature: Iterable[str] | dict, k: int | None = 5,
              min_similarity: float = 0.0) -> list[dict]:
-    """The k skills whose trigger is most similar to ``signature`` (weighted Jaccard), best first.
+    """The k skills (all with k=None) whose trigger is most similar to ``signature`` (weighted Jaccard),
+    best first.
 
     The same skill found in several stores (a run's own and the library) is merged: outcomes are
     united by (run directory, generation, candidate), so nothing counts twice. Each record carries the
-    keys of RECORD_KEYS plus ``skill_id`` and ``similarity``. Ties go to general skills, then to the
-    larger mean gain. Skills with similarity 0 (no finding in common) are never returned.
+    keys of RECORD_KEYS plus ``skill_id`` and ``similarity``; its outcomes leave out their diff text (the
+    record's ``diff`` is the one to use; each outcome keeps its ``diff_hash``). Ties go to general
+    skills, then to the larger mean gain. Skills with similarity 0 (no finding in common) are never returned.
     """
     wanted = signature_weights(signature)
     merged: dict[str, dict] = {}
@@ -116,10 +118,11 @@ def retrieve(skills_dirs: Iterable[str | Path], signature: Iterable[str] | dict,
     for skill in merged.values():
         score = similarity(wanted, trigger_weights(skill))
         if score > 0 and score >= min_similarity:
-            scored.append(skill | {"similarity": round(score, 4)})
+            outcomes = [{key: v for key, v in o.items() if key != "diff"} for o in skill["validation"]["outcomes"]]
+            scored.append(skill | {"similarity": round(score, 4), "validation": skill["validation"] | {"outcomes": outcomes}})
     scored.sort(key=lambda s: (-s["similarity"], s["status"] != "general", -(s["validation"].get("mean_gain") or 0.0),
                                s["skill_id"]))
-    return scored[:k]
+    return scored if k is None else scored[:k]
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -28,10 +28,10 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
         findings=diagnosis["findings"], lineage=lineage.read(lineage_path),
         feedback=approvals.feedback_for(Path(out_dir).parents[1], generation),  # from `evotrainer revise`
     )
-    # skills that match this diagnosis (this run's and the cross-run library's); agents may retrieve more
+    # every skill that matches this diagnosis (this run's and the cross-run library's), best first
     context.extra["skills_dirs"] = skills.stores(cfg, Path(out_dir).parents[1]) if cfg.skills.enabled else []
     context.extra["skills"] = skills.retrieve(context.extra["skills_dirs"], _severities(diagnosis["findings"]),
-                                              k=cfg.skills.retrieve_k, min_similarity=cfg.skills.min_similarity)
+                                              k=None, min_similarity=cfg.skills.min_similarity)
     agent = make_agent(cfg.agent)
     narrative = agent.narrate(context)
     try:
