@@ -10,7 +10,15 @@ def make_agent(agent_cfg) -> Agent:
         from evotrainer.agents.heuristic import HeuristicAgent
 
         return HeuristicAgent()
-    raise ValueError(f"agent.name={agent_cfg.name!r} is not available; choose one of ['heuristic']")
+    if agent_cfg.name == "claude":  # the SDKs are imported only when chosen
+        from evotrainer.agents import claude
+
+        return claude.make(agent_cfg)
+    if agent_cfg.name == "openai":
+        from evotrainer.agents import openai_agent
+
+        return openai_agent.make(agent_cfg)
+    raise ValueError(f"agent.name={agent_cfg.name!r} is not available; choose one of ['heuristic', 'claude', 'openai']")
 
 
 __all__ = ["Agent", "ProposalContext", "make_agent"]

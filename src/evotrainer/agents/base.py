@@ -26,6 +26,23 @@ class ProposalContext:
         return sorted(f["name"] for f in self.findings if f["severity"] in ("warn", "critical"))
 
 
+@dataclass
+class FailedProposal(Proposal):
+    """A candidate the agent could not produce validly (after retries): it is written with its failure
+    label so the lineage records it as failed, and is never replayed or trained."""
+
+    failure_label: str = "invalid_diff"
+    error: str = ""
+
+    def __post_init__(self) -> None:
+        # what the model sent may hold lone surrogates (invalid UTF-8); keep a printable copy
+        self.diff = self.diff.encode("utf-8", errors="replace").decode("utf-8")
+
+    @property
+    def failure(self) -> dict:
+        return {"ok": False, "failure_label": self.failure_label, "error": self.error, "files": []}
+
+
 class Agent(Protocol):
     name: str
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evotrainer import approvals, lineage, skills
 from evotrainer.agents import ProposalContext, make_agent
+from evotrainer.agents import calls as agent_calls
 from evotrainer.atomic import atomic_dir, read_json
 from evotrainer.candidate import CONTROL, Proposal, validate
 from evotrainer.harness import harness_id
@@ -32,6 +33,9 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
     context.extra["skills_dirs"] = skills.stores(cfg, Path(out_dir).parents[1]) if cfg.skills.enabled else []
     context.extra["skills"] = skills.retrieve(context.extra["skills_dirs"], _severities(diagnosis["findings"]),
                                               k=None, min_similarity=cfg.skills.min_similarity)
+    gen_dir = Path(diagnosis_json).parent  # what LLM agents' tools may read (evotrainer.agents.tools)
+    context.extra.update(run=cfg.run, run_dir=Path(out_dir).resolve().parents[1], rollouts=gen_dir / "rollouts.parquet",
+                         diagnostics=gen_dir / "diagnostics.parquet")
     agent = make_agent(cfg.agent)
     narrative = agent.narrate(context)
     try:
@@ -55,10 +59,12 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
                 "parent_harness_id": context.harness_id,
                 "signature": context.signature,
                 "diff_hash": diff_hash(proposal.diff),
-                "validation": validate(harness_dir, proposal.diff),
+                # an agent's failed candidate (FailedProposal) keeps its label; the rest are checked here
+                "validation": getattr(proposal, "failure", None) or validate(harness_dir, proposal.diff),
             }
             record.pop("diff")
             (folder / "proposal.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        agent_calls.write(tmp / agent_calls.FILE_NAME, getattr(agent, "calls", []))  # LLM agents' API calls
         (tmp / "narrative.md").write_text(
             f"# Proposals — generation {generation}\n\n{narrative}\n\n"
             + (f"Agent error: {agent_error}\n\n" if agent_error else "")

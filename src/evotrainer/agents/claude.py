@@ -1,0 +1,104 @@
+"""Claude through the anthropic SDK: the Messages API with tool use (agent=claude).
+
+The system prompt and the tool definitions are marked for prompt caching, so every call after the
+first in a generation reads them from the cache. Assistant content is sent back as received (thinking
+blocks included, as the API requires for tool use with thinking). Retries with backoff on 408, 409,
+429, 5xx, 529 and timeouts are the SDK's own (``max_retries``); ``retry-after`` headers are honoured.
+"""
+
+from __future__ import annotations
+
+from evotrainer.agents.calls import Usage
+from evotrainer.agents.llm import (
+    API_ERROR,
+    TIMEOUT,
+    AttemptCounter,
+    LLMAgent,
+    MalformedReply,
+    Reply,
+    ToolCall,
+    api_key,
+    clean,
+)
+
+
+class ClaudeProvider:
+    name = "claude"
+
+    def __init__(self, agent_cfg, key: str):
+        import anthropic
+
+        self._sdk = anthropic
+        self.cfg = agent_cfg
+        self.model = agent_cfg.model
+        self._counter = AttemptCounter()
+        self._before = 0
+        kwargs = {"base_url": agent_cfg.base_url} if agent_cfg.base_url else {}
+        self.client = anthropic.Anthropic(
+            api_key=key, timeout=float(agent_cfg.timeout_s), max_retries=int(agent_cfg.max_retries),
+            http_client=anthropic.DefaultHttpxClient(event_hooks={"request": [self._counter]}), **kwargs,
+        )
+
+    def send(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
+        self._before = self._counter.count
+        specs = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in tools]
+        if specs:
+            specs[-1] = specs[-1] | {"cache_control": {"type": "ephemeral"}}
+        kwargs = {
+            "model": self.model, "max_tokens": int(self.cfg.max_tokens), "messages": messages, "tools": specs,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        }
+        if self.cfg.temperature is not None:
+            kwargs["temperature"] = float(self.cfg.temperature)
+        message = self.client.messages.create(**kwargs)
+        blocks, texts, calls = [], [], []
+        for block in message.content:
+            if block.type == "text":
+                texts.append(block.text)
+                blocks.append({"type": "text", "text": block.text})
+            elif block.type == "tool_use":
+                arguments = block.input if isinstance(block.input, dict) else None
+                calls.append(ToolCall(block.id, block.name, arguments,
+                                      None if arguments is not None else "arguments must be a JSON object"))
+                blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+            else:  # thinking, redacted_thinking, ...: returned unchanged
+                blocks.append(block.model_dump(mode="json", exclude_none=True))
+        usage = message.usage
+        return Reply(
+            text="\n".join(texts), tool_calls=calls, stop_reason=message.stop_reason,
+            usage=Usage(input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
+                        cache_read_tokens=usage.cache_read_input_tokens or 0,
+                        cache_creation_tokens=usage.cache_creation_input_tokens or 0),
+            assistant_messages=[{"role": "assistant", "content": clean(blocks)}] if blocks else [],
+        )
+
+    def attempts(self) -> int:
+        return self._counter.count - self._before
+
+    def classify(self, err: Exception) -> tuple[str, int | None, str]:
+        sdk = self._sdk
+        if isinstance(err, sdk.APITimeoutError):
+            return "timeout", None, TIMEOUT
+        if isinstance(err, sdk.APIConnectionError):
+            return "connection_error", None, API_ERROR
+        if isinstance(err, sdk.APIStatusError):
+            status = err.status_code
+            outcome = ("rate_limited" if status == 429 else "overloaded" if status == 529
+                       else "server_error" if status >= 500 else "api_error")
+            return outcome, status, API_ERROR
+        if isinstance(err, sdk.APIError | MalformedReply):  # e.g. a body the SDK could not read
+            return "api_error", None, API_ERROR
+        return "unexpected", None, API_ERROR
+
+    def user_text(self, text: str) -> list[dict]:
+        return [{"role": "user", "content": text}]
+
+    def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict]:
+        content = [{"type": "tool_result", "tool_use_id": call.id, "content": clean(text), "is_error": is_error}
+                   for call, text, is_error in results]
+        return [{"role": "user", "content": content}]
+
+
+def make(agent_cfg) -> LLMAgent:
+    key = api_key(agent_cfg)
+    return LLMAgent(agent_cfg, ClaudeProvider(agent_cfg, key), secret=key)

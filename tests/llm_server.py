@@ -1,0 +1,183 @@
+"""A scripted LLM endpoint on 127.0.0.1 for offline tests of the real anthropic and openai SDKs.
+
+It speaks the Anthropic Messages API (POST /v1/messages) and the OpenAI chat-completions API
+(POST /v1/chat/completions, also under /v1/ of any base path) and answers each request with the next
+step of a script: a model turn (text and/or tool calls), an HTTP error with the provider's error body
+(429, 500, 529 overloaded_error ...), or a turn delivered after a delay (to outrun the client's
+timeout). A step may be a function of the request body, so a scripted model can react to what the
+agent sent. Every request is recorded (path, headers, body) for the test to inspect.
+
+Usage is reported the way the real services report it, from the size of what was sent (about 4
+characters per token): the system prompt and tools form a cacheable prefix, written to the cache on
+the first request (Anthropic: cache_creation_input_tokens) and read on later ones
+(cache_read_input_tokens; OpenAI: prompt_tokens_details.cached_tokens).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CHARS_PER_TOKEN = 4.0
+
+
+@dataclass
+class Turn:
+    """One model reply: optional text, then tool calls as (name, arguments)."""
+
+    text: str | None = None
+    tool_calls: list[tuple[str, Any]] = field(default_factory=list)
+    raw_arguments: str | None = None  # OpenAI only: send this exact string as the first call's arguments
+    delay_s: float = 0.0
+
+
+@dataclass
+class HttpError:
+    status: int
+    error_type: str
+    message: str = "scripted error"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Step = Turn | HttpError | Callable[[dict], "Turn | HttpError"]
+
+
+def tool(name: str, **arguments) -> Turn:
+    return Turn(tool_calls=[(name, arguments)])
+
+
+def tokens(chars: int) -> int:
+    return max(1, math.ceil(chars / CHARS_PER_TOKEN))
+
+
+class ScriptedLLM:
+    def __init__(self, script: list[Step], fallback: Step | None = None):
+        self.script = list(script)
+        self.fallback = fallback
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._cached_prefixes: set[str] = set()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> ScriptedLLM:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def remaining(self) -> int:
+        return len(self.script)
+
+    def _next_step(self, body: dict) -> Turn | HttpError:
+        with self._lock:
+            step = self.script.pop(0) if self.script else self.fallback
+        if step is None:
+            return HttpError(500, "api_error", "the script is exhausted")
+        return step(body) if callable(step) else step
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                raw = self.rfile.read(length)
+                body = json.loads(raw.decode("utf-8"))
+                kind = "anthropic" if self.path.rstrip("/").endswith("/messages") else (
+                    "openai" if self.path.rstrip("/").endswith("/chat/completions") else None)
+                with server._lock:
+                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                            "kind": kind, "raw_chars": len(raw)})
+                if kind is None:
+                    return self._send(404, {"error": {"type": "not_found_error", "message": self.path}})
+                step = server._next_step(body)
+                if isinstance(step, HttpError):
+                    payload = ({"type": "error", "error": {"type": step.error_type, "message": step.message}}
+                               if kind == "anthropic" else
+                               {"error": {"type": step.error_type, "message": step.message, "code": None}})
+                    return self._send(step.status, payload, step.headers)
+                if step.delay_s:
+                    time.sleep(step.delay_s)
+                reply = server._anthropic(body, step) if kind == "anthropic" else server._openai(body, step)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+                    self._send(200, reply)
+
+            def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
+                data = json.dumps(payload).encode("utf-8")
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    # -- usage: what the real services would report for this request ----------------------------------
+
+    def _usage(self, prefix: str, rest: str, output: str) -> tuple[int, int, int, int]:
+        """(uncached input, output, cache read, cache write) tokens."""
+        prefix_tokens, rest_tokens = tokens(len(prefix)), tokens(len(rest))
+        with self._lock:
+            hit = prefix in self._cached_prefixes
+            self._cached_prefixes.add(prefix)
+        read, write = (prefix_tokens, 0) if hit else (0, prefix_tokens)
+        return rest_tokens, tokens(len(output)), read, write
+
+    def _anthropic(self, body: dict, turn: Turn) -> dict:
+        content: list[dict] = []
+        if turn.text:
+            content.append({"type": "text", "text": turn.text})
+        for name, arguments in turn.tool_calls:
+            content.append({"type": "tool_use", "id": f"toolu_{next(self._ids):04d}", "name": name, "input": arguments})
+        prefix = json.dumps([body.get("system"), body.get("tools")])
+        uncached, out, read, write = self._usage(prefix, json.dumps(body.get("messages")), json.dumps(content))
+        return {
+            "id": f"msg_{next(self._ids):04d}", "type": "message", "role": "assistant", "model": body["model"],
+            "content": content, "stop_reason": "tool_use" if turn.tool_calls else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": uncached, "output_tokens": out, "cache_read_input_tokens": read,
+                      "cache_creation_input_tokens": write},
+        }
+
+    def _openai(self, body: dict, turn: Turn) -> dict:
+        calls = []
+        for index, (name, arguments) in enumerate(turn.tool_calls):
+            raw = turn.raw_arguments if (index == 0 and turn.raw_arguments is not None) else json.dumps(arguments)
+            calls.append({"id": f"call_{next(self._ids):04d}", "type": "function",
+                          "function": {"name": name, "arguments": raw}})
+        message: dict = {"role": "assistant", "content": turn.text}
+        if calls:
+            message["tool_calls"] = calls
+        messages = body.get("messages", [])
+        prefix = json.dumps([messages[:1], body.get("tools")])
+        uncached, out, read, _ = self._usage(prefix, json.dumps(messages[1:]), json.dumps(message))
+        return {
+            "id": f"chatcmpl-{next(self._ids):04d}", "object": "chat.completion", "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": uncached + read, "completion_tokens": out, "total_tokens": uncached + read + out,
+                      "prompt_tokens_details": {"cached_tokens": read}},
+        }
