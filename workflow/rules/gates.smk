@@ -30,6 +30,11 @@ def gate_inputs(wildcards):
     }[wildcards.stage]
 
 
+# a local job even under the SLURM profile: its message belongs in the user's terminal, and it takes no time
+localrules:
+    gate,
+
+
 rule gate:
     input:
         unpack(gate_inputs),

@@ -1,6 +1,10 @@
 # After select: the generation's verified outcomes (promoted, vetoed, clearly lost) become skills in
 # results/<run>/skills/ and the cross-run library (skills.library_dir). promote waits for it, so the
 # next generation's agent can retrieve them.
+localrules:
+    skills,  # seconds of JSON work: not worth a cluster job
+
+
 rule skills:
     input:
         selection=f"{R}/gen{{g}}/selection.json",
