@@ -89,6 +89,8 @@ class RolloutConf:
     name: str = "hf"
     split: str = "probe"
     eval_batch_size: int = 512
+    tensor_parallel_size: int = 1  # rollout.name=vllm only
+    gpu_memory_utilization: float = 0.5  # rollout.name=vllm only
 
 
 @dataclass
@@ -218,6 +220,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "agent.max_diff_bytes": (100, 64_000),
     "trainer.threads": (1, 256),
     "trainer.verl.nnodes": (1, 4096),
+    "rollout.tensor_parallel_size": (1, 64),
+    "rollout.gpu_memory_utilization": (0.05, 0.99),
     "trainer.verl.n_gpus_per_node": (1, 64),
     "trainer.verl.tensor_parallel_size": (1, 64),
     "trainer.verl.gpu_memory_utilization": (0.05, 0.99),

@@ -23,6 +23,28 @@ def setup_torch(threads: int, device: str = "auto") -> str:
     return device
 
 
+def autocast(device, precision: str = "auto"):
+    """Context for forward passes: bf16 autocast on CUDA ("auto" or "bf16"), nothing on CPU under "auto" or "fp32".
+
+    Weights and optimizer state stay fp32 (autocast only lowers the matmuls), and log-probs are taken from
+    fp32 logits, so "auto" leaves CPU runs bit-for-bit unchanged and is safe for the GRPO ratio on GPU.
+    """
+    import contextlib
+
+    import torch
+
+    kind = torch.device(device).type
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"trainer.precision={precision!r}: choose auto, fp32 or bf16")
+    if precision == "fp32" or (precision == "auto" and kind != "cuda"):
+        return contextlib.nullcontext()
+    if kind == "cuda" and not torch.cuda.is_bf16_supported():
+        if precision == "bf16":
+            raise RuntimeError("trainer.precision=bf16 but this GPU has no bf16 support; use trainer.precision=auto")
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=kind, dtype=torch.bfloat16)
+
+
 def policy_id(policy_dir: str | Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(policy_dir).glob("*.safetensors")):

@@ -105,7 +105,7 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
     logs = []
     for chunk in range(restarts):
         chunk_log = train(model, tokenizer, recipe, pool, reward_fn, steps=steps // restarts, seed=seed + chunk,
-                          weights=weights)
+                          weights=weights, precision=cfg.trainer.precision)
         logs.append(chunk_log.assign(step=chunk_log["step"] + chunk * (steps // restarts)))
     log = pd.concat(logs, ignore_index=True)
     train_wall = time.time() - start
@@ -123,8 +123,9 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
     frames = []
     for start_row in range(0, len(val), cfg.rollout.eval_batch_size):
         chunk = val.iloc[start_row : start_row + cfg.rollout.eval_batch_size]
-        repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=greedy_recipe,
-                                           reward_fn=reward_fn, greedy=True, generator=torch.Generator().manual_seed(seed))
+        with runtime.autocast(device, cfg.trainer.precision):
+            repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=greedy_recipe, reward_fn=reward_fn,
+                                               greedy=True, generator=torch.Generator().manual_seed(seed))
         frames.append(evidence_rows(repeated, batch, group_size=1, run=cfg.run, generation=generation, split=split_name,
                                     step=steps, policy_id=runtime.policy_id(out / "policy"),
                                     harness_id=harness_id(harness_dir), seed=seed))

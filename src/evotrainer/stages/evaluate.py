@@ -27,7 +27,9 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
     frames = []
     for start in range(0, len(test), cfg.rollout.eval_batch_size):
         chunk = test.iloc[start : start + cfg.rollout.eval_batch_size]
-        repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=recipe, reward_fn=reward_fn, greedy=True)
+        with runtime.autocast(device, cfg.trainer.precision):
+            repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=recipe, reward_fn=reward_fn,
+                                               greedy=True)
         frames.append(evidence_rows(repeated, batch, group_size=1, run=cfg.run, generation=-1, split="test", step=0,
                                     policy_id=runtime.policy_id(policy_dir), harness_id=harness_id(harness_dir), seed=cfg.seed))
     frame = pd.concat(frames, ignore_index=True)

@@ -8,16 +8,19 @@ k3 KL to the frozen parent policy and an entropy bonus, aggregated per ``loss_ag
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from evotrainer.runtime import autocast
 from evotrainer.scoring import RewardFn, ScoredBatch, sample_and_score
 
 TRAIN_LOG_COLUMNS = [
@@ -86,9 +89,13 @@ def train(
     weights: np.ndarray | None = None,
     on_step: Callable[[dict], None] | None = None,
     show_progress: bool = True,
+    precision: str = "fp32",
 ) -> pd.DataFrame:
-    """Train ``model`` in place for ``steps`` GRPO steps; returns the per-step train log."""
+    """Train ``model`` in place for ``steps`` GRPO steps; returns the per-step train log.
+
+    ``precision`` ("fp32" | "bf16" | "auto", see runtime.autocast) applies to forward passes only."""
     device = next(model.parameters()).device
+    forward = partial(autocast, device, precision)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -120,8 +127,9 @@ def train(
             sample_start = time.time()
             for _ in range(rounds):
                 idx = rng.choice(len(pool), size=n_prompts, p=probs, replace=n_prompts > live_prompts)
-                _, batch = sample_and_score(model, tokenizer, pool.iloc[idx], group_size=group, recipe=recipe,
-                                            reward_fn=reward_fn, generator=generator)
+                with forward():
+                    _, batch = sample_and_score(model, tokenizer, pool.iloc[idx], group_size=group, recipe=recipe,
+                                                reward_fn=reward_fn, generator=generator)
                 adv, alive = group_advantages(batch.rewards, group, recipe["norm_adv_by_std"])
                 stats["reward"].append(batch.rewards)
                 stats["correct"].append(batch.correct)
@@ -145,7 +153,7 @@ def train(
                 if kept_groups >= n_prompts:
                     break
             sample_time = time.time() - sample_start
-            metrics = _optimise(model, ref_model, optimizer, kept, kept_adv, recipe, pad_id) if kept else {}
+            metrics = _optimise(model, ref_model, optimizer, kept, kept_adv, recipe, pad_id, forward) if kept else {}
             rewards = np.concatenate(stats["reward"])
             row = {
                 "step": step,
@@ -188,7 +196,7 @@ def _select_rows(batch: ScoredBatch, rows: np.ndarray) -> ScoredBatch:
                        {k: v[rows] for k, v in batch.components.items()}, batch.correct[rows], batch.format_ok[rows])
 
 
-def _optimise(model, ref_model, optimizer, batches, advs, recipe, pad_id) -> dict:
+def _optimise(model, ref_model, optimizer, batches, advs, recipe, pad_id, forward=contextlib.nullcontext) -> dict:
     device = next(model.parameters()).device
     prompt_ids, prompt_mask, response_ids, response_mask = _concat(batches, pad_id)
     ids = torch.cat([prompt_ids, response_ids], 1).to(device)
@@ -197,13 +205,14 @@ def _optimise(model, ref_model, optimizer, batches, advs, recipe, pad_id) -> dic
     rlen = response_ids.shape[1]
     adv = torch.as_tensor(np.concatenate(advs), dtype=torch.float32, device=device)[:, None]
     temperature = recipe["temperature"]
-    with torch.no_grad():
+    with torch.no_grad(), forward():
         ref_logp, _ = _response_logprobs(ref_model, ids, attention, rlen, temperature)
     model.train()
     old_logp = None
     clipped_tokens, total_tokens, losses, kls, ents, norms = 0.0, 0.0, [], [], [], []
     for _epoch in range(recipe["ppo_epochs"]):
-        logp, entropy = _response_logprobs(model, ids, attention, rlen, temperature)
+        with forward():
+            logp, entropy = _response_logprobs(model, ids, attention, rlen, temperature)
         if old_logp is None:
             old_logp = logp.detach()  # on-policy: ratio is exactly 1 in the first pass
         ratio = torch.exp(logp - old_logp)

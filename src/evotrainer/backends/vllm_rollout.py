@@ -1,0 +1,135 @@
+"""vLLM rollout backend (`rollout.name=vllm`): the rollout stage samples with vLLM's offline engine.
+
+- sampling: the recipe -> ``vllm.SamplingParams(n=group_size, temperature, top_p,
+  max_tokens=max_response_len, logprobs=0, seed)`` (logprobs=0: the sampled token's own log-prob);
+- prompts go in as token ids built exactly as the local sampler builds them (bos + prompt), so a
+  tokenizer without a chat template (the tiny policy) needs nothing else;
+- outputs: each ``RequestOutput`` holds ``outputs``, a list of ``CompletionOutput`` (index, text,
+  token_ids, cumulative_logprob, finish_reason "stop" | "length" | "abort"); each becomes one evidence
+  row, scored by the harness reward with the same overlong shaping as the local backend. vLLM keeps
+  the stop token in ``token_ids`` (not in ``text``), so ``response_tokens`` counts eos as the local
+  sampler does. vLLM reports no entropy, so that optional column is absent.
+
+vllm is imported only here, and only when this backend is used; without it, a clear error.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evotrainer.evidence import COMPONENT_PREFIX
+from evotrainer.scoring import RewardFn, overlong_penalty, score
+from evotrainer.tasks.arithmetic import is_correct, parse_answer
+
+FINISH = {"stop": "eos", "length": "length"}
+
+
+class VllmMissing(RuntimeError):
+    pass
+
+
+def _vllm():
+    try:
+        import vllm
+    except ImportError as err:
+        raise VllmMissing("rollout.name=vllm needs the vllm package where the rollout job runs (GPU nodes: "
+                          "`--sdm conda` with envs/vllm.yaml, or pip install vllm); it is not installed in this "
+                          f"environment ({err}). Use rollout=hf to sample with the local policy instead.") from err
+    return vllm
+
+
+def sampling_kwargs(recipe: dict[str, Any], *, greedy: bool = False, seed: int | None = None) -> dict[str, Any]:
+    """The SamplingParams arguments for one group per prompt (greedy: one answer, temperature 0)."""
+    return {
+        "n": 1 if greedy else int(recipe["group_size"]),
+        "temperature": 0.0 if greedy else float(recipe["temperature"]),
+        "top_p": 1.0 if greedy else float(recipe["top_p"]),
+        "max_tokens": int(recipe["max_response_len"]),
+        "logprobs": 0,
+        "seed": seed,
+        "skip_special_tokens": True,
+    }
+
+
+def sampling_params(recipe: dict[str, Any], *, greedy: bool = False, seed: int | None = None):
+    return _vllm().SamplingParams(**sampling_kwargs(recipe, greedy=greedy, seed=seed))
+
+
+def prompt_token_ids(tokenizer, prompts: list[str]) -> list[dict[str, list[int]]]:
+    """vLLM token prompts ({"prompt_token_ids": ...}): bos + prompt, as evotrainer.sampler.encode_prompts."""
+    return [{"prompt_token_ids": [tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False)}
+            for p in prompts]
+
+
+def evidence_rows(outputs: list, prompts: pd.DataFrame, *, recipe: dict[str, Any], reward_fn: RewardFn, run: str,
+                  generation: int, split: str, step: int, policy_id: str, harness_id: str, seed: int) -> pd.DataFrame:
+    """vLLM RequestOutputs (one per prompt row, in order) -> evidence rows, one per CompletionOutput."""
+    if len(outputs) != len(prompts):
+        raise ValueError(f"vLLM returned {len(outputs)} request outputs for {len(prompts)} prompts")
+    rows, responses, lengths, finish, logprobs = [], [], [], [], []
+    for request, (_, prompt) in zip(outputs, prompts.iterrows(), strict=True):
+        for completion in sorted(request.outputs, key=lambda c: c.index):
+            reason = FINISH.get(completion.finish_reason)
+            if reason is None:
+                raise ValueError(f"prompt {prompt['prompt_id']}: vLLM finished a sample with {completion.finish_reason!r}; "
+                                 f"evidence needs one of {sorted(FINISH)}")
+            n_tokens = len(completion.token_ids)
+            rows.append(prompt)
+            responses.append(completion.text)
+            lengths.append(n_tokens)
+            finish.append(reason)
+            cumulative = completion.cumulative_logprob
+            logprobs.append(float(cumulative) / max(n_tokens, 1) if cumulative is not None else float("nan"))
+    repeated = pd.DataFrame(rows).reset_index(drop=True)
+    rewards, components = score(reward_fn, repeated, responses)
+    length_arr = np.asarray(lengths, dtype=np.int64)
+    rewards = rewards + overlong_penalty(length_arr, recipe["max_response_len"], recipe["overlong_buffer"],
+                                         recipe["overlong_penalty"])
+    finish_arr = np.asarray(finish)
+    group_sizes = [len(r.outputs) for r in outputs]
+    frame = pd.DataFrame({
+        "run": run,
+        "generation": generation,
+        "split": split,
+        "step": step,
+        "prompt_id": repeated["prompt_id"].astype(str).to_numpy(),
+        "group_id": [f"{split}:{step}:{pid}" for pid in repeated["prompt_id"]],
+        "sample_idx": np.concatenate([np.arange(n) for n in group_sizes]).astype(np.int64),
+        "data_source": repeated["data_source"].astype(str).to_numpy(),
+        "prompt": repeated["prompt"].astype(str).to_numpy(),
+        "response": responses,
+        "ground_truth": repeated["ground_truth"].astype(str).to_numpy(),
+        "reward": rewards.astype(float),
+        "correct": np.array([is_correct(r, t) for r, t in zip(responses, repeated["ground_truth"], strict=True)], dtype=bool),
+        "response_tokens": length_arr,
+        "truncated": finish_arr == "length",
+        "finish_reason": finish_arr,
+        "mean_logprob": np.asarray(logprobs, dtype=float),
+        "policy_id": policy_id,
+        "harness_id": harness_id,
+        "seed": seed,
+        "wall_time": time.time(),
+        "format_ok": np.array([parse_answer(r) is not None for r in responses], dtype=bool),
+    })
+    if "level" in repeated.columns:
+        frame["difficulty"] = repeated["level"].to_numpy().astype(np.int64)
+    for key, values in components.items():
+        frame[f"{COMPONENT_PREFIX}{key}"] = values.astype(float)
+    return frame
+
+
+def sample(policy_dir: str, prompts: pd.DataFrame, recipe: dict[str, Any], *, seed: int, greedy: bool = False,
+           tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.5) -> list:
+    """Sample with vLLM's offline engine; returns RequestOutputs in prompt order."""
+    vllm = _vllm()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    llm = vllm.LLM(model=str(policy_dir), seed=seed, tensor_parallel_size=tensor_parallel_size,
+                   gpu_memory_utilization=gpu_memory_utilization)
+    return llm.generate(prompt_token_ids(tokenizer, prompts["prompt"].tolist()),
+                        sampling_params(recipe, greedy=greedy, seed=seed), use_tqdm=False)
