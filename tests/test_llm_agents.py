@@ -390,3 +390,70 @@ def test_tool_specs_are_valid_for_both_apis():
                      "submit_candidate", "finish"]
     for spec in TOOL_SPECS:
         assert spec["parameters"]["type"] == "object" and len(spec["description"]) < 1024
+
+
+# -- the propose stage and the workflow ------------------------------------------------------------------
+
+def test_a_500_storm_fails_one_candidate_and_the_generation_goes_on(generation, tmp_path):
+    from evotrainer.agents import calls
+    from evotrainer.atomic import read_json
+    from evotrainer.stages import propose
+
+    run = tmp_path / "r"
+    shutil.copytree(generation, run)
+    storm = [HttpError(500, "api_error", "Internal server error")] * 3
+    with ScriptedLLM(storm) as server:
+        conf = run / "config.yaml"
+        conf.write_text(to_yaml(compose(["experiment=quick", "run=r", "agent=claude", f"agent.base_url={server.url}",
+                                         "agent.max_retries=2"])))
+        gen = run / "gen0"
+        propose.run(str(conf), str(gen / "diagnosis.json"), str(gen / "harness"), str(run / "lineage.parquet"),
+                    str(gen / "candidates"), 0)
+    assert len(server.requests) == 3
+    assert sorted(p.name for p in (gen / "candidates").iterdir() if p.is_dir()) == ["c1", "control"]
+    failed = read_json(gen / "candidates" / "c1" / "proposal.json")
+    assert failed["validation"]["failure_label"] == "agent_api_error" and failed["agent"] == "claude"
+    assert "InternalServerError after 3 attempt(s)" in failed["validation"]["error"]
+    assert read_json(gen / "candidates" / "control" / "proposal.json")["validation"]["ok"]
+    table = pd.read_parquet(gen / "candidates" / calls.FILE_NAME)
+    assert list(table["outcome"]) == ["server_error"] and list(table["attempts"]) == [3]
+    assert "stopped: api_error" in (gen / "candidates" / "narrative.md").read_text()
+
+
+@pytest.mark.e2e
+def test_snakemake_run_with_agent_claude_completes_and_never_writes_the_key(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    script = [
+        HttpError(429, "rate_limit_error", "slow down", {"retry-after-ms": "100"}),
+        Turn(text="Many GRPO groups carry no signal; the recipe is the first lever.",
+             tool_calls=[("read_harness_file", {"file": "recipe.yaml"})]),
+        tool("query_evidence", aggregation="group_signal"),
+        submit(WRONG_FILE, "edit_outside"), submit(WRONG_FILE, "edit_outside"),
+        submit(LOWER_LR),
+    ]
+    with ScriptedLLM(script) as server:
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(tmp_path),
+               "--cores", "2", "--config", "experiment=quick", "search__generations=1", "search__headline_seeds=1",
+               "agent=claude", f"agent__base_url={server.url}", "agent__max_candidates=2",
+               "agent__max_invalid_replies=2"]
+        env = os.environ | {"ANTHROPIC_API_KEY": KEY}
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert server.remaining == 0 and len(server.requests) == 6
+    headers = {k.lower(): v for k, v in server.requests[0]["headers"].items()}
+    assert KEY in headers.get("authorization", "") + headers.get("x-api-key", "")
+    results = tmp_path / "results" / "default"
+    assert (results / "summary.json").exists() and (results / "report.html").exists()
+    rows = lineage.read(results / "lineage.parquet").set_index("candidate_id")
+    assert rows.loc["c1", "intervention"] == "lower_lr" and rows.loc["c1", "verdict"] != "failed"
+    assert (rows.loc["c2", "verdict"], rows.loc["c2", "failure_label"]) == ("failed", "agent_wrong_file")
+    table = pd.read_parquet(results / "gen0" / "candidates" / "agent_calls.parquet")
+    assert len(table) == 5 and table["attempts"].iloc[0] == 2 and (table["outcome"] == "ok").all()
+    # the key was sent to the endpoint, and is nowhere in results, logs or Snakemake's own files
+    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert leaks == []
+    assert KEY not in result.stdout + result.stderr
