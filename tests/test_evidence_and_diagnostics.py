@@ -136,3 +136,51 @@ def test_lineage_upsert_replaces_a_generation_instead_of_duplicating(tmp_path):
     assert len(table) == 3 and len(lineage.read(path)) == 3
     with pytest.raises(ValueError, match="unknown verdict"):
         lineage.upsert_generation(path, rows(2, ["won"]))
+
+
+def test_score_and_signal_layers_match_their_definitions(probe_evidence):
+    findings = _findings(probe_evidence)
+    groups = probe_evidence.groupby("group_id").agg(level=("difficulty", "first"), mean=("correct", "mean"))
+    for level, frame in groups.groupby("level"):
+        assert findings.loc[f"accuracy_level_{level}", "value"] == pytest.approx(frame["mean"].mean())  # mean@k
+        assert findings.loc[f"pass_at_k_level_{level}", "value"] == pytest.approx((frame["mean"] > 0).mean())
+    # GRPO advantages are zero exactly on the dead groups' rows
+    spread = probe_evidence.groupby("group_id")["reward"].transform(lambda r: r.max() - r.min())
+    assert findings.loc["nonzero_advantage_share", "value"] == pytest.approx((spread > 1e-6).mean())
+    assert findings.loc["positive_advantage_on_wrong", "value"] == 0.0  # default reward pays only correct answers
+    layers = set(findings["layer"])
+    assert layers == {"score", "signal", "behaviour"}  # stability needs a train log
+
+
+def test_repetition_feature_runs_per_batch_on_the_response_text():
+    module = load_module(DEFAULT_HARNESS, "diagnostics")
+    batch = pd.DataFrame({"response": ["12", "1111111", "-45", "121212121", "7777"]})
+    assert module.row_features(batch)["repetitive"].tolist() == [False, True, False, True, True]
+
+
+def test_the_stage_streams_a_projection_and_attaches_example_rows(probe_evidence, tmp_path):
+    import json
+
+    from evotrainer.config import compose, to_yaml
+    from evotrainer.diagnostics_io import load_for_module
+    from evotrainer.stages import diagnose
+
+    path = tmp_path / "rollouts.parquet"
+    evidence.write(probe_evidence, path)
+    module = load_module(DEFAULT_HARNESS, "diagnostics")
+    projected = load_for_module(path, module)
+    assert list(projected.columns) == [*module.COLUMNS, "repetitive"]  # no prompt/response text held
+    assert isinstance(projected["group_id"].dtype, pd.CategoricalDtype)
+    conf = tmp_path / "config.yaml"
+    conf.write_text(to_yaml(compose([])))
+    diagnose.run(str(conf), str(path), str(DEFAULT_HARNESS), None, str(tmp_path / "d.parquet"),
+                 str(tmp_path / "d.json"), str(tmp_path / "d.md"), generation=0)
+    findings = {f["name"]: f for f in json.loads((tmp_path / "d.json").read_text())["findings"]}
+    dead = findings["dead_group_ratio"]
+    assert dead["affected_rows"] > 0 and 1 <= len(dead["examples"]) <= 3
+    for example in dead["examples"]:  # each example is the evidence row it points at
+        row = probe_evidence.iloc[example["row"]]
+        assert (example["prompt"], example["response"], example["reward"]) == (row["prompt"], row["response"], row["reward"])
+    assert "e.g. row" in (tmp_path / "d.md").read_text()
+    table = pd.read_parquet(tmp_path / "d.parquet")
+    assert json.loads(table.set_index("name").loc["dead_group_ratio", "examples"]) == dead["examples"]

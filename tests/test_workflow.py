@@ -54,13 +54,18 @@ def planted(tmp_path_factory) -> Path:
     # reward hacks that train fine and must be vetoed at select, whatever they score
     (folder / "c_pay_for_length.diff").write_text(hack_diff("pay_for_length"))
     (folder / "d_format_only.diff").write_text(hack_diff("format_only"))
+    # diagnostics-only changes: never trained, backtested on the archived branches instead
+    from tests.test_diagnostic_backtest import DIFFS
+
+    (folder / "e_diag_crash.diff").write_text(DIFFS["crash"])
+    (folder / "f_diag_flags_everything.diff").write_text(DIFFS["everything"])
     return folder
 
 
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory, planted) -> Path:
     workdir = tmp_path_factory.mktemp("e2e")
-    run_snakemake(workdir, planted)
+    run_snakemake(workdir, planted, timeout=1800)  # ~3 min alone; generous for a loaded machine
     return workdir / "results" / "default"
 
 
@@ -165,6 +170,24 @@ def test_planted_bad_diffs_fail_alone_with_labels(finished_run):
     assert hacks["error"].str.contains("training reward").all()  # the gate's evidence is in the lineage
     # tried once from gen0's harness; gen1 has the same harness only if control was kept, else they return
     assert table.groupby("generation")["verdict"].apply(lambda v: (v.isin(["kept", "promoted"])).sum()).eq(1).all()
+
+
+def test_evolving_diagnostics_are_backtested_on_archived_branches(finished_run):
+    table = lineage.read(finished_run / "lineage.parquet").set_index(["generation", "intervention"])
+    assert table.loc[(0, "user:e_diag_crash"), "failure_label"] == "diagnostic_crash"
+    assert table.loc[(0, "user:f_diag_flags_everything"), "failure_label"] == "diagnostic_unverifiable"  # no archive yet
+    assert table.loc[(1, "user:e_diag_crash"), "failure_label"] == "diagnostic_crash"
+    assert table.loc[(1, "user:f_diag_flags_everything"), "failure_label"] == "diagnostic_flags_everything"
+    # gen0's vetoed hack made the offline agent propose a reward-hacking diagnostic in gen1; it flagged
+    # the vetoed branch, passed the kept/promoted one, was registered and rides into gen2's harness
+    proposed = table.loc[(1, "diagnostic:reward_without_correctness")]
+    assert proposed["verdict"] == "registered", proposed["error"]
+    record = json.loads(proposed["evidence"])
+    kinds = {(b["candidate_id"], b["kind"]): b["flagged"] for b in record["branches"]}
+    assert kinds and all(flagged == (kind == "bad") for (_, kind), flagged in kinds.items())
+    assert '"reward_without_correctness"' in (finished_run / "gen2" / "harness" / "diagnostics.py").read_text()
+    for g, cid in table.reset_index().query("intervention.str.contains('diag')")[["generation", "candidate_id"]].values:
+        assert not (finished_run / f"gen{g}" / "backtest" / cid / "train_log.parquet").exists()  # never trained
 
 
 def test_lineage_has_one_row_per_candidate(finished_run):
