@@ -17,6 +17,7 @@ Standard library only, so it runs with any python3.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -307,10 +308,8 @@ def stop() -> None:
         shutil.move(changes["backup"], SYSTEM_CONF)
         log(f"restored the previous {SYSTEM_CONF}")
     if changes.get("created_dir"):
-        try:
+        with contextlib.suppress(OSError):  # something else was put there meanwhile: leave it
             Path(changes["created_dir"]).rmdir()
-        except OSError:
-            pass  # something else was put there meanwhile: leave it
     (root / "changes.json").unlink(missing_ok=True)
 
 
