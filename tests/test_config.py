@@ -18,7 +18,7 @@ def test_experiment_overrides_apply():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["trainer.name=verl"], r"'trainer.name' = 'verl' is not allowed; choose one of \['local'\]"),
+        (["trainer.name=trl"], r"'trainer.name' = 'trl' is not allowed; choose one of \['local', 'verl'\]"),
         (["rollout.split=test"], r"'rollout.split' = 'test' is not allowed"),
         (["search.genrations=3"], r"search.genrations"),
         (["agent=nope"], r"Available options in 'agent'"),
