@@ -89,6 +89,7 @@ def measure(path: str, conf: str, out: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--evidence", help="keep the tiled file here and reuse it when it already exists")
     parser.add_argument("--measure", nargs=3, metavar=("EVIDENCE", "CONFIG", "OUT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -101,9 +102,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="evotrainer-bench-") as tmp:
         tmp = Path(tmp)
-        path = tmp / "rollouts.parquet"
+        path = Path(args.evidence) if args.evidence else tmp / "rollouts.parquet"
         start = time.time()
-        write_tiled(real_rollouts(), path, args.rows)
+        if not path.exists():
+            write_tiled(real_rollouts(), path, args.rows)
         build_s = time.time() - start
         conf = tmp / "config.yaml"
         conf.write_text(to_yaml(compose([])))

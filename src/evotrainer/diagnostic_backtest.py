@@ -77,7 +77,10 @@ def archived_branches(run_dir: str | Path, lineage: pd.DataFrame, before_generat
 
 
 def _run(harness: Path, sets: list[dict], limits: Limits) -> list[list[dict]]:
-    inputs = {"diagnose_sets": [{"evidence": s["evidence"], "train_log": s.get("train_log"),
+    def absolute(path):  # the worker runs in its own temporary directory
+        return str(Path(path).resolve()) if path else None
+
+    inputs = {"diagnose_sets": [{"evidence": absolute(s["evidence"]), "train_log": absolute(s.get("train_log")),
                                  "recipe": s.get("recipe")} for s in sets]}
     return run_tasks(harness, ["diagnose"], inputs, limits)["findings"]
 

@@ -66,33 +66,45 @@ def _trend(series: pd.Series) -> float:
     return float((tail - head) / (abs(head) + 1e-8))
 
 
+def _group_codes(group_id: pd.Series) -> tuple[np.ndarray, int]:
+    if isinstance(group_id.dtype, pd.CategoricalDtype):  # the streamed projection: codes already there
+        codes = group_id.cat.remove_unused_categories().cat.codes.to_numpy()
+        return codes, int(codes.max()) + 1 if len(codes) else 0
+    codes, index = pd.factorize(group_id, sort=False)
+    return codes, len(index)
+
+
 def diagnose(evidence: pd.DataFrame, train_log: pd.DataFrame | None, recipe: dict) -> list[dict]:
     ev = evidence
     findings = []
     correct = ev["correct"].to_numpy(dtype=bool)
     reward = ev["reward"].to_numpy(dtype=float)
-    group_codes, group_index = pd.factorize(ev["group_id"], sort=False)
-    n_groups = len(group_index)
+    # per-group statistics with bincount: a few arrays of one value per group, however many rows
+    codes, n_groups = _group_codes(ev["group_id"])
+    size = np.bincount(codes, minlength=n_groups).astype(float)
+    n_correct = np.bincount(codes, weights=correct, minlength=n_groups)
+    mean_at_k = n_correct / np.maximum(size, 1)
 
     # score layer: mean@k (mean correctness over a group's k samples) and pass@k (>= 1 correct) per level
     findings.append(_finding("accuracy", "score", correct.mean() if len(ev) else None,
                              message="share of verified-correct responses"))
-    levels = ev["difficulty"].to_numpy() if "difficulty" in ev else np.zeros(len(ev), dtype=int)
-    per_group = pd.DataFrame({"correct": correct, "level": levels}).groupby(group_codes)
-    groups = per_group.agg(mean_at_k=("correct", "mean"), level=("level", "first"))
+    group_level = np.zeros(n_groups, dtype=np.int64)
+    if "difficulty" in ev:
+        group_level[codes] = ev["difficulty"].to_numpy()
     k = int(round(len(ev) / max(n_groups, 1)))
-    for level, frame in groups.groupby("level"):
-        findings.append(_finding(f"accuracy_level_{level}", "score", frame["mean_at_k"].mean(),
-                                 message=f"mean@{k} on difficulty {level} ({len(frame)} prompts)"))
-        findings.append(_finding(f"pass_at_k_level_{level}", "score", (frame["mean_at_k"] > 0).mean(),
+    for level in np.unique(group_level):
+        in_level = group_level == level
+        findings.append(_finding(f"accuracy_level_{level}", "score", mean_at_k[in_level].mean(),
+                                 message=f"mean@{k} on difficulty {level} ({int(in_level.sum())} prompts)"))
+        findings.append(_finding(f"pass_at_k_level_{level}", "score", (mean_at_k[in_level] > 0).mean(),
                                  message=f"pass@{k} (at least one of {k} samples correct) on difficulty {level}"))
 
     # signal layer: groups whose rewards are all equal carry no GRPO gradient
-    by_group = pd.DataFrame({"reward": reward}).groupby(group_codes)["reward"]
-    g_min, g_max, g_mean = by_group.min().to_numpy(), by_group.max().to_numpy(), by_group.mean().to_numpy()
-    g_std = by_group.std(ddof=0).to_numpy()
-    dead = (g_max - g_min) < 1e-6
-    dead_rows = dead[group_codes]
+    g_mean = np.bincount(codes, weights=reward, minlength=n_groups) / np.maximum(size, 1)
+    centred = reward - g_mean[codes]
+    g_std = np.sqrt(np.bincount(codes, weights=centred * centred, minlength=n_groups) / np.maximum(size, 1))
+    dead = g_std < 1e-6
+    dead_rows = dead[codes]
     findings.append(_finding(
         "dead_group_ratio", "signal", dead.mean() if n_groups else None, threshold=0.4, critical=0.7,
         affected_rows=int(dead_rows.sum()), examples=_rows(dead_rows),
@@ -100,39 +112,41 @@ def diagnose(evidence: pd.DataFrame, train_log: pd.DataFrame | None, recipe: dic
     all_wrong = dead & (g_mean <= 0)
     findings.append(_finding(
         "all_wrong_group_ratio", "signal", all_wrong.mean() if n_groups else None, threshold=0.3,
-        affected_rows=int(all_wrong[group_codes].sum()), examples=_rows(all_wrong[group_codes]),
+        affected_rows=int(size[all_wrong].sum()), examples=_rows(all_wrong[codes]),
         message="dead groups where every sample failed (too hard at this temperature)"))
     all_right = dead & (g_mean > 0)
     findings.append(_finding(
         "all_correct_group_ratio", "signal", all_right.mean() if n_groups else None, threshold=0.3,
-        affected_rows=int(all_right[group_codes].sum()), examples=_rows(all_right[group_codes]),
+        affected_rows=int(size[all_right].sum()), examples=_rows(all_right[codes]),
         message="dead groups where every sample succeeded (too easy)"))
     findings.append(_finding("reward_spread", "signal", g_std.mean() if n_groups else None, threshold=0.15,
                              direction="below", message="mean within-group reward std"))
     # advantage health: the GRPO advantages these rewards would give (group mean removed, std-normalised)
-    centred = reward - g_mean[group_codes]
-    scale = np.where(g_std > 1e-6, g_std, 1.0)[group_codes] if recipe.get("norm_adv_by_std", True) else 1.0
-    advantage = centred / scale
-    live = np.abs(advantage) > 1e-6
+    if recipe.get("norm_adv_by_std", True):
+        centred /= np.where(dead, 1.0, g_std)[codes]
+    advantage = centred
+    live = ~dead_rows & (np.abs(advantage) > 1e-6)
     findings.append(_finding(
         "nonzero_advantage_share", "signal", live.mean() if len(ev) else None, threshold=0.5, direction="below",
-        critical=0.25, affected_rows=int((~live).sum()),
+        critical=0.25, affected_rows=int(len(ev) - live.sum()),
         message="share of samples with a non-zero GRPO advantage (the rest teach nothing)"))
-    lone = (per_group["correct"].sum().to_numpy() == 1) & ~dead
+    lone = (n_correct == 1) & ~dead
     findings.append(_finding(
         "lone_success_group_ratio", "signal", lone.mean() if n_groups else None,
-        affected_rows=int(lone[group_codes].sum()), examples=_rows(lone[group_codes] & correct),
+        affected_rows=int(size[lone].sum()), examples=_rows(lone[codes] & correct),
         message="groups where exactly one sample is right: one sample carries the whole positive advantage"))
-    wrong_but_paid = ~correct & (advantage > 1e-6)
+    wrong_but_paid = ~correct & live & (advantage > 0)
     findings.append(_finding(
-        "positive_advantage_on_wrong", "signal", wrong_but_paid.sum() / max(live.sum(), 1), threshold=0.2,
+        "positive_advantage_on_wrong", "signal", wrong_but_paid.sum() / max(int(live.sum()), 1), threshold=0.2,
         critical=0.4, affected_rows=int(wrong_but_paid.sum()), examples=_rows(wrong_but_paid),
         message="share of live samples pushed UP although the verifier says they are wrong"))
+    del centred, advantage, live, wrong_but_paid, dead_rows
 
     # behaviour layer
     lengths = ev["response_tokens"].to_numpy(dtype=float)
-    corr = (float(np.corrcoef(lengths, reward)[0, 1]) if len(ev) > 1 and lengths.std() > 0 and reward.std() > 0
-            else 0.0)
+    l_std, r_std = (lengths.std(), reward.std()) if len(ev) else (0.0, 0.0)
+    corr = (float(np.dot(lengths - lengths.mean(), reward - reward.mean()) / (len(ev) * l_std * r_std))
+            if len(ev) > 1 and l_std > 0 and r_std > 0 else 0.0)
     findings.append(_finding(
         "length_reward_corr", "behaviour", abs(corr), threshold=0.3,
         examples=_rows(lengths >= np.quantile(lengths, 0.99)) if len(ev) else (),

@@ -6,16 +6,15 @@ never sits in memory whole. diagnostics.parquet gets an ``examples`` column (JSO
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 import pandas as pd
 
 from evotrainer import evidence
 from evotrainer.atomic import write_json, write_parquet, write_text
-from evotrainer.harness import harness_id, load_recipe
 from evotrainer.diagnostics_io import resolve_examples
+from evotrainer.harness import harness_id, load_recipe
 from evotrainer.sandbox import Limits, run_tasks
 from evotrainer.stages.common import config
 
