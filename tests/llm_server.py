@@ -8,9 +8,10 @@ timeout). A step may be a function of the request body, so a scripted model can 
 agent sent. Every request is recorded (path, headers, body) for the test to inspect.
 
 Usage is reported the way the real services report it, from the size of what was sent (about 4
-characters per token): the system prompt and tools form a cacheable prefix, written to the cache on
-the first request (Anthropic: cache_creation_input_tokens) and read on later ones
-(cache_read_input_tokens; OpenAI: prompt_tokens_details.cached_tokens).
+characters per token). Anthropic: the prefix up to the last ``cache_control`` breakpoint is written to
+the cache (cache_creation_input_tokens) unless already there, and the longest prefix written by an
+earlier request is read from it (cache_read_input_tokens). OpenAI: the system prompt and tools are an
+automatically cached prefix from the second request on (prompt_tokens_details.cached_tokens).
 """
 
 from __future__ import annotations
@@ -147,14 +148,40 @@ class ScriptedLLM:
         read, write = (prefix_tokens, 0) if hit else (0, prefix_tokens)
         return rest_tokens, tokens(len(output)), read, write
 
+    def _anthropic_cache(self, body: dict) -> tuple[int, int, int]:
+        """(uncached input, cache read, cache write) tokens under Anthropic's breakpoint rules."""
+        def marked(value) -> bool:
+            return isinstance(value, list) and any(isinstance(b, dict) and "cache_control" in b for b in value)
+
+        def plain(value):
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items() if k != "cache_control"}
+            return [plain(v) for v in value] if isinstance(value, list) else value
+
+        parts = [json.dumps(plain(body.get("tools"))), json.dumps(plain(body.get("system")))]
+        parts += [json.dumps(plain(m)) for m in body.get("messages", [])]
+        ends = [1] if marked(body.get("tools")) else []  # a breakpoint covers everything before it
+        ends += [2] if marked(body.get("system")) else []
+        ends += [3 + i for i, m in enumerate(body.get("messages", [])) if marked(m.get("content"))]
+        full = "".join(parts)
+        with self._lock:
+            hits = [p for p in self._cached_prefixes if full.startswith(p)]
+            read = max(hits, key=len, default="")
+            write = "".join(parts[: max(ends)]) if ends else ""
+            if write:
+                self._cached_prefixes.add(write)
+        read_t = tokens(len(read)) if read else 0
+        write_t = max(0, tokens(len(write)) - read_t) if write and len(write) > len(read) else 0
+        return max(0, tokens(len(full)) - read_t - write_t), read_t, write_t
+
     def _anthropic(self, body: dict, turn: Turn) -> dict:
         content: list[dict] = []
         if turn.text:
             content.append({"type": "text", "text": turn.text})
         for name, arguments in turn.tool_calls:
             content.append({"type": "tool_use", "id": f"toolu_{next(self._ids):04d}", "name": name, "input": arguments})
-        prefix = json.dumps([body.get("system"), body.get("tools")])
-        uncached, out, read, write = self._usage(prefix, json.dumps(body.get("messages")), json.dumps(content))
+        uncached, read, write = self._anthropic_cache(body)
+        out = tokens(len(json.dumps(content)))
         return {
             "id": f"msg_{next(self._ids):04d}", "type": "message", "role": "assistant", "model": body["model"],
             "content": content, "stop_reason": "tool_use" if turn.tool_calls else "end_turn", "stop_sequence": None,

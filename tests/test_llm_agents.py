@@ -124,11 +124,15 @@ def test_a_normal_tool_use_loop_ends_in_submitted_candidates(generation, name):
     assert "dead_group_ratio" in third and "all_wrong_ratio" in third
     rows = [c.row() for c in agent.calls]
     assert [r["outcome"] for r in rows] == ["ok"] * 4 and all(r["attempts"] == 1 for r in rows)
-    assert all(r["input_tokens"] > 0 and r["output_tokens"] > 0 for r in rows)
+    assert all(r["input_tokens"] + r["cache_read_tokens"] + r["cache_creation_tokens"] > 0 and r["output_tokens"] > 0
+               for r in rows)
     assert rows[0]["cache_read_tokens"] == 0 and all(r["cache_read_tokens"] > 0 for r in rows[1:])
-    if name == "claude":
-        assert rows[0]["cache_creation_tokens"] > 0
-        assert rows[0]["cost_usd"] > 0
+    if name == "claude":  # the conversation so far is read from the cache: cache reads grow call by call
+        assert rows[0]["cache_creation_tokens"] > 0 and rows[0]["cost_usd"] > 0
+        reads = [r["cache_read_tokens"] for r in rows]
+        assert reads == sorted(reads) and reads[-1] > reads[1] and reads[1] == rows[0]["cache_creation_tokens"]
+        marked = [m for m in server.requests[-1]["body"]["messages"] if "cache_control" in json.dumps(m)]
+        assert len(marked) == 1 and marked[0] is server.requests[-1]["body"]["messages"][-1]
 
 
 BAD_CONTEXT = LOWER_LR.replace(" group_size: 8", " group_size: 9")  # a context line that is not in the file

@@ -1,8 +1,9 @@
 """Claude through the anthropic SDK: the Messages API with tool use (agent=claude).
 
-The system prompt and the tool definitions are marked for prompt caching, so every call after the
-first in a generation reads them from the cache. Assistant content is sent back as received (thinking
-blocks included, as the API requires for tool use with thinking). Retries with backoff on 408, 409,
+The tool definitions, the system prompt and the newest message are marked for prompt caching, so
+every call after the first in a generation reads the conversation so far from the cache. Assistant
+content is sent back as received (thinking blocks included, as the API requires for tool use with
+thinking). Retries with backoff on 408, 409,
 429, 5xx, 529 and timeouts are the SDK's own (``max_retries``); ``retry-after`` headers are honoured.
 """
 
@@ -45,7 +46,7 @@ class ClaudeProvider:
         if specs:
             specs[-1] = specs[-1] | {"cache_control": {"type": "ephemeral"}}
         kwargs = {
-            "model": self.model, "max_tokens": int(self.cfg.max_tokens), "messages": messages, "tools": specs,
+            "model": self.model, "max_tokens": int(self.cfg.max_tokens), "messages": _mark_last(messages), "tools": specs,
             "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
         }
         if self.cfg.temperature is not None:
@@ -91,12 +92,26 @@ class ClaudeProvider:
         return "unexpected", None, API_ERROR
 
     def user_text(self, text: str) -> list[dict]:
-        return [{"role": "user", "content": text}]
+        return [{"role": "user", "content": [{"type": "text", "text": text}]}]  # blocks: the cached form
 
     def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict]:
         content = [{"type": "tool_result", "tool_use_id": call.id, "content": clean(text), "is_error": is_error}
                    for call, text, is_error in results]
         return [{"role": "user", "content": content}]
+
+
+def _mark_last(messages: list[dict]) -> list[dict]:
+    """A cache breakpoint on the newest message: the next call reads the whole conversation so far from
+    the cache instead of paying for it again (system + tools + 1 message = 3 of the 4 breakpoints)."""
+    if not messages:
+        return messages
+    last = dict(messages[-1])
+    content = last["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content]
+    if blocks:
+        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+    last["content"] = blocks
+    return [*messages[:-1], last]
 
 
 def make(agent_cfg) -> LLMAgent:
