@@ -231,6 +231,8 @@ def start() -> float:
         (root / sub).mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     (root / "slurm.conf").write_text(slurm_conf(root, node))  # daemons are down: safe to (re)write
+    for old_log in (root / "log").glob("*.log"):  # each start's logs describe that cluster only
+        old_log.replace(old_log.with_suffix(".log.prev"))
 
     _start_munge(root)
     _link_system_conf(root)

@@ -115,8 +115,10 @@ def cancelled_and_resumed(slurm_cluster, tmp_path_factory) -> dict:
             "seconds": (first_seconds, time.monotonic() - began)}
 
 
-def test_jobs_went_through_sbatch(cancelled_and_resumed):
+def test_jobs_went_through_sbatch(cancelled_and_resumed, slurm_cluster):
     result = cancelled_and_resumed
+    print(f"cluster: {slurm_cluster}; run 1 (7 jobs, one cancelled) {result['seconds'][0]:.0f} s, "
+          f"rerun (2 jobs) {result['seconds'][1]:.0f} s")  # shown with pytest -rP
     ctld_log = (STATE / "log" / "slurmctld.log").read_text()
     jobs = submissions(result["first_log"]) | submissions(result["second_log"])
     assert sorted(jobs.values()) == sorted(FIRST_RUN_RULES + ["backtest", "select"])
