@@ -286,3 +286,32 @@ def test_the_loop_records_its_verified_outcomes_as_skills_and_uses_them(finished
         assert not (failed & proposed)
         narrative = (run / "gen1" / "candidates" / "narrative.md").read_text()
         assert all(f"({name}) failed before" in narrative for name in failed if not name.startswith("user:"))
+
+
+@pytest.mark.e2e
+def test_another_run_reads_the_library(finished_run, tmp_path):  # noqa: F811
+    """A different run pointed at the quick run's library: its propose stage uses those skills."""
+    import subprocess
+    import sys
+
+    from omegaconf import OmegaConf
+
+    library = finished_run.parent / "skill_library"
+    cfg = OmegaConf.load(finished_run / "config.yaml")
+    cfg.run, cfg.skills.library_dir, cfg.agent.extra_candidates = "other", str(library), None  # the agent alone
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    diagnosis = finished_run / "gen1" / "diagnosis.json"
+    out = tmp_path / "other" / "gen0" / "candidates"
+    result = subprocess.run(
+        [sys.executable, "-m", "evotrainer.cli", "stage", "propose", "--config", str(tmp_path / "config.yaml"),
+         "--diagnosis", str(diagnosis), "--harness", str(finished_run / "gen0" / "harness"),
+         "--lineage", str(tmp_path / "other" / "lineage.parquet"), "--out-dir", str(out), "--generation", "0"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    severities = {f["name"]: f["severity"] for f in json.loads(diagnosis.read_text())["findings"]
+                  if f["severity"] in ("warn", "critical")}
+    found = skills.retrieve([library], severities, k=None, min_similarity=0.5)
+    narrative = (out / "narrative.md").read_text()
+    assert found and all(f"({s['intervention']}) {s['verdict']} before" in narrative for s in found if s["verdict"] != "mixed")
+    proposed = [json.loads(p.read_text())["intervention"] for p in sorted(out.glob("c*/proposal.json"))]
+    assert not {s["intervention"] for s in found if s["verdict"] == "failed"} & set(proposed)
