@@ -461,3 +461,44 @@ def test_snakemake_run_with_agent_claude_completes_and_never_writes_the_key(tmp_
     leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaks == []
     assert KEY not in result.stdout + result.stderr
+
+
+def test_read_skills_returns_the_matching_skills_of_the_library(generation, tmp_path):
+    from evotrainer import skills
+    from evotrainer.atomic import write_json
+
+    store = tmp_path / "library"
+    outcome = {"run_dir": "results/old", "generation": 0, "candidate_id": "c1", "verdict": "worked",
+               "domain": "arithmetic", "gain": 0.04, "diff": DYNAMIC, "hypothesis": "dynamic sampling helps",
+               "success_criterion": "val accuracy above control"}
+    skill = skills.summarise({"skill_id": "dyn", "intervention": "dynamic_sampling",
+                              "trigger": {"signature": ["dead_group_ratio"], "severity": {"dead_group_ratio": "warn"}},
+                              "validation": {"outcomes": [outcome]}})
+    write_json(store / "dyn.json", skill)
+    box = toolbox(generation)
+    box.skills, box.skills_dirs, box.signature = None, [store], ["dead_group_ratio"]
+    found = json.loads(box.run("read_skills", {"k": 3}))["skills"]
+    assert [s["intervention"] for s in found] == ["dynamic_sampling"] and "+dynamic_sampling: true" in found[0]["diff"]
+    box.signature = ["truncation_rate"]  # nothing in common: nothing returned
+    assert json.loads(box.run("read_skills", {}))["skills"] == []
+
+
+def test_read_lineage_shows_verdicts_and_failure_labels(generation, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(generation, run)
+    base = {"run": "r", "generation": 0, "parent_harness_id": "p", "harness_id": None, "hypothesis": "h" * 500,
+            "targeted_findings": ["dead_group_ratio", "reward_spread"], "signature": ["dead_group_ratio"],
+            "val_accuracy": None, "control_val_accuracy": 0.3, "delta_vs_control": None, "train_reward_final": None,
+            "dead_group_ratio_final": None, "samples_generated": None, "train_wall_s": None, "error": None,
+            "recorded_at": 0.0}
+    rows = [base | {"candidate_id": "c1", "intervention": "lower_lr", "diff_hash": "a", "diff": LOWER_LR,
+                    "verdict": "promoted", "failure_label": None, "val_accuracy": 0.35, "delta_vs_control": 0.05},
+            base | {"candidate_id": "c2", "intervention": "edit_outside", "diff_hash": "b", "diff": WRONG_FILE,
+                    "verdict": "failed", "failure_label": "agent_wrong_file"}]
+    lineage.upsert_generation(run / "lineage.parquet", pd.DataFrame(rows))
+    shown = json.loads(toolbox(run).run("read_lineage", {"include_diffs": True}))
+    assert shown["candidates"] == 2
+    c1, c2 = shown["rows"]
+    assert (c1["verdict"], c1["delta_vs_control"], c1["targeted_findings"]) == ("promoted", 0.05, ["dead_group_ratio", "reward_spread"])
+    assert (c2["verdict"], c2["failure_label"]) == ("failed", "agent_wrong_file")
+    assert len(c1["hypothesis"]) <= 201 and c1["diff"] == LOWER_LR

@@ -132,8 +132,8 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, str):
-        value = value.item()
+    if hasattr(value, "tolist") and not isinstance(value, str):  # numpy scalars and arrays
+        return _plain(value.tolist())
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else float(f"{value:.4g}")
     return value
