@@ -148,9 +148,9 @@ def interventions(candidates: Path) -> list[str]:
                   for p in candidates.iterdir() if p.is_dir() and p.name != "control")
 
 
-def snakemake(workdir: Path) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *extra: str, config: list[str] = TINY) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-                           "--cores", "2", "--config", *TINY], capture_output=True, text=True, timeout=600)
+                           "--cores", "2", *extra, "--config", *config], capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.e2e
@@ -206,3 +206,8 @@ def test_gates_stop_approve_revise_and_abort_a_real_run(tmp_path):
         ("approve", "diagnosis"), ("revise", "propose"), ("approve", "propose"), ("abort", None), ("approve", "select")]
     assert all(d["by"] == "alice" and d["at"] for d in log)
     assert json.loads((run / "gen0" / "gates" / "select.json").read_text())["decision"] == "approve"
+    assert json.loads((run / "gen0" / "gates" / "backtest.json").read_text())["decision"] == "not_required"
+    # turning the gates off (or on) afterwards redoes nothing: the gate files are inputs either way
+    for config in ([c for c in TINY if not c.startswith("gates__")], [*TINY, "gates__after_backtest=true"]):
+        dry = snakemake(tmp_path, "-n", config=config)
+        assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]

@@ -1,20 +1,17 @@
 # Human gates (conf: gates.after_<stage>, gates.after_failed_generations; README "Human gates").
-# A gated stage's consumer takes gen{g}/gates/<stage>.json as input; the `gate` job writes it only
-# once the gate is not required or a person approved (evotrainer approve/revise/abort); otherwise it
-# fails with the commands to run, and Snakemake stops there. Included before the stage rules, which
-# use human_gate() in their inputs.
-GATED = {stage: bool(CFG.gates[f"after_{stage}"]) for stage in ("diagnosis", "propose", "backtest")}
-GATED["select"] = bool(CFG.gates.after_select) or CFG.gates.after_failed_generations > 0
+# A stage's consumer always takes gen{g}/gates/<stage>.json as input, gates on or off, so that turning
+# a gate on or off in the middle of a run changes no job's inputs (which would make Snakemake redo
+# finished work). The `gate` job writes the file at once when the gate is not required, or once a
+# person approved (evotrainer approve/revise/abort); otherwise it fails with the commands to run, and
+# Snakemake stops there. Included before the stage rules, which use human_gate() in their inputs.
 
 
 def human_gate(stage, previous=False):
     """Input function: the gate file of this generation's (or, for promote, the previous one's) stage."""
 
     def gate_file(wildcards):
-        if not GATED[stage]:
-            return []
         g = int(wildcards.g) - 1 if previous else int(wildcards.g)
-        return [f"{RESULTS}/{wildcards.run}/gen{g}/gates/{stage}.json"]
+        return f"{RESULTS}/{wildcards.run}/gen{g}/gates/{stage}.json"
 
     return gate_file
 
