@@ -176,7 +176,8 @@ def test_evolving_diagnostics_are_backtested_on_archived_branches(finished_run):
     table = lineage.read(finished_run / "lineage.parquet").set_index(["generation", "intervention"])
     assert table.loc[(0, "user:e_diag_crash"), "failure_label"] == "diagnostic_crash"
     assert table.loc[(0, "user:f_diag_flags_everything"), "failure_label"] == "diagnostic_unverifiable"  # no archive yet
-    assert table.loc[(1, "user:e_diag_crash"), "failure_label"] == "diagnostic_crash"
+    # gen1 (same harness when gen0 kept its control) does not repeat the conclusive crash, but retries the
+    # unverifiable one now that gen0's branches are archived: it flags every branch, the good one too
     assert table.loc[(1, "user:f_diag_flags_everything"), "failure_label"] == "diagnostic_flags_everything"
     # gen0's vetoed hack made the offline agent propose a reward-hacking diagnostic in gen1; it flagged
     # the vetoed branch, passed the kept/promoted one, was registered and rides into gen2's harness

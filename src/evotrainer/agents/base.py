@@ -10,6 +10,8 @@ import pandas as pd
 
 from evotrainer.candidate import Proposal
 
+INCONCLUSIVE = "diagnostic_unverifiable"
+
 
 @dataclass
 class ProposalContext:
@@ -24,6 +26,16 @@ class ProposalContext:
     @property
     def signature(self) -> list[str]:
         return sorted(f["name"] for f in self.findings if f["severity"] in ("warn", "critical"))
+
+    def tried_diffs(self) -> set[str]:
+        """diff_hash of every candidate already tried from this parent harness with a conclusive outcome
+        (a diagnostics change that could not be verified yet, for want of archived evidence, may return)."""
+        lineage = self.lineage
+        if lineage is None or lineage.empty:
+            return set()
+        same_parent = lineage[(lineage["parent_harness_id"] == self.harness_id)
+                              & (lineage["failure_label"] != INCONCLUSIVE)]
+        return set(same_parent["diff_hash"])
 
 
 @dataclass

@@ -271,8 +271,4 @@ class HeuristicAgent:
 
     @staticmethod
     def _tried(context: ProposalContext) -> set[str]:
-        lineage = context.lineage
-        if lineage is None or lineage.empty:
-            return set()
-        same_parent = lineage[lineage["parent_harness_id"] == context.harness_id]
-        return set(same_parent["diff_hash"])
+        return context.tried_diffs()

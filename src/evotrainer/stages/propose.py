@@ -84,7 +84,7 @@ def user_candidates(folder: str | None, context: ProposalContext) -> list[Propos
     path = Path(folder)
     if not path.is_dir():
         raise FileNotFoundError(f"agent.extra_candidates: {path} is not a directory of *.diff files")
-    tried = set(context.lineage.loc[context.lineage["parent_harness_id"] == context.harness_id, "diff_hash"])
+    tried = context.tried_diffs()
     out = []
     for diff_path in sorted(path.glob("*.diff")):
         diff = diff_path.read_bytes().decode("utf-8", errors="surrogateescape")
