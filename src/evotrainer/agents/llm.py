@@ -61,6 +61,23 @@ class MalformedReply(Exception):
     """The endpoint answered 200 with a body the agent cannot use (e.g. no choices)."""
 
 
+def classify_sdk_error(sdk, err: Exception) -> tuple[str, int | None, str]:
+    """(outcome, HTTP status, failure label) of an exception from the anthropic or openai SDK (both
+    name their error classes alike), once the SDK's own retries are spent."""
+    if isinstance(err, sdk.APITimeoutError):
+        return "timeout", None, TIMEOUT
+    if isinstance(err, sdk.APIConnectionError):
+        return "connection_error", None, API_ERROR
+    if isinstance(err, sdk.APIStatusError):
+        status = err.status_code
+        outcome = ("rate_limited" if status == 429 else "overloaded" if status == 529
+                   else "server_error" if status >= 500 else "api_error")
+        return outcome, status, API_ERROR
+    if isinstance(err, sdk.APIError | MalformedReply):  # e.g. a body the SDK could not read
+        return "api_error", None, API_ERROR
+    return "unexpected", None, API_ERROR
+
+
 @dataclass
 class ToolCall:
     id: str

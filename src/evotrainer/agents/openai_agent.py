@@ -13,14 +13,13 @@ import json
 
 from evotrainer.agents.calls import Usage
 from evotrainer.agents.llm import (
-    API_ERROR,
-    TIMEOUT,
     AttemptCounter,
     LLMAgent,
     MalformedReply,
     Reply,
     ToolCall,
     api_key,
+    classify_sdk_error,
     clean,
 )
 
@@ -87,19 +86,7 @@ class OpenAIProvider:
         return self._counter.count - self._before
 
     def classify(self, err: Exception) -> tuple[str, int | None, str]:
-        sdk = self._sdk
-        if isinstance(err, sdk.APITimeoutError):
-            return "timeout", None, TIMEOUT
-        if isinstance(err, sdk.APIConnectionError):
-            return "connection_error", None, API_ERROR
-        if isinstance(err, sdk.APIStatusError):
-            status = err.status_code
-            outcome = ("rate_limited" if status == 429 else "overloaded" if status == 529
-                       else "server_error" if status >= 500 else "api_error")
-            return outcome, status, API_ERROR
-        if isinstance(err, sdk.APIError | MalformedReply):
-            return "api_error", None, API_ERROR
-        return "unexpected", None, API_ERROR
+        return classify_sdk_error(self._sdk, err)
 
     def user_text(self, text: str) -> list[dict]:
         return [{"role": "user", "content": text}]

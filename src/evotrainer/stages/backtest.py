@@ -17,7 +17,7 @@ from evotrainer import backends, evidence, runtime
 from evotrainer.atomic import atomic_dir, copy_tree, read_json, write_json, write_parquet
 from evotrainer.candidate import CandidateError, apply_diff, check_harness
 from evotrainer.harness import harness_id, load_module, load_recipe
-from evotrainer.stages.common import config, read_split
+from evotrainer.stages.common import backtest_summary, config, read_split
 
 SEED_STRIDE = 7919  # seed offset between the training seeds of one backtest
 EXIT_PROMPTS = 64  # probe prompts sampled (x group size) from the trained policy as the branch's evidence
@@ -142,20 +142,5 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
                                      generation=generation, split="probe", step=steps,
                                      policy_id=runtime.policy_id(out / "policy"), harness_id=harness_id(harness_dir),
                                      seed=seed), out / "exit_rollouts.parquet")
-    tail = log.tail(max(1, len(log) // 10))
-    return {
-        f"{split_name}_accuracy": float(val_frame["correct"].mean()),
-        f"{split_name}_reward_mean": float(val_frame["reward"].mean()),
-        f"{split_name}_format_ok_rate": float(val_frame["format_ok"].mean()),
-        "train_reward_final": float(tail["reward_mean"].mean()),
-        "train_accuracy_final": float(tail["accuracy"].mean()),
-        "dead_group_ratio_final": float(tail["dead_group_ratio"].mean()),
-        "entropy_final": float(tail["entropy"].mean()),
-        "samples_generated": int(log["samples_generated"].sum()),
-        "restarts": restarts,
-        "train_wall_s": train_wall,
-        "train_sample_s": float(log["sample_time_s"].sum()),
-        "eval_wall_s": time.time() - eval_start,
-        "harness_id": harness_id(harness_dir),
-        "policy_id": runtime.policy_id(out / "policy"),
-    }
+    return backtest_summary(val_frame, log, split_name, restarts=restarts, train_wall=train_wall,
+                            eval_wall=time.time() - eval_start, harness_dir=harness_dir, policy_dir=out / "policy")

@@ -23,7 +23,7 @@ from evotrainer.backends.verl import data as verl_data
 from evotrainer.backends.verl import metrics as verl_metrics
 from evotrainer.backends.verl.overrides import VerlJob, build_overrides, check_recipe_for_verl, preflight
 from evotrainer.harness import harness_id, load_module, load_recipe
-from evotrainer.stages.common import read_split
+from evotrainer.stages.common import backtest_summary, read_split
 
 RAY_ON_SLURM = Path(__file__).with_name("ray_on_slurm.sh")
 
@@ -130,21 +130,6 @@ def train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_pa
                                            policy_id=runtime.policy_id(out / "policy"), harness_id=harness_id(harness_dir),
                                            seed=seed, step=steps)
     evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
-    tail = log.tail(max(1, len(log) // 10))
-    return {
-        f"{split_name}_accuracy": float(val_frame["correct"].mean()),
-        f"{split_name}_reward_mean": float(val_frame["reward"].mean()),
-        f"{split_name}_format_ok_rate": float(val_frame["format_ok"].mean()),
-        "train_reward_final": float(tail["reward_mean"].mean()),
-        "train_accuracy_final": float(tail["accuracy"].mean()),
-        "dead_group_ratio_final": float(tail["dead_group_ratio"].mean()),
-        "entropy_final": float(tail["entropy"].mean()),
-        "samples_generated": int(log["samples_generated"].clip(lower=0).sum()),
-        "restarts": restarts,
-        "train_wall_s": train_wall,
-        "train_sample_s": float(log["sample_time_s"].sum()),
-        "eval_wall_s": 0.0,  # verl's validation pass runs inside the training job
-        "harness_id": harness_id(harness_dir),
-        "policy_id": runtime.policy_id(out / "policy"),
-        "trainer": "verl",
-    }
+    return backtest_summary(val_frame, log, split_name, restarts=restarts, train_wall=train_wall,
+                            eval_wall=0.0,  # verl's validation pass runs inside the training job
+                            harness_dir=harness_dir, policy_dir=out / "policy") | {"trainer": "verl"}
