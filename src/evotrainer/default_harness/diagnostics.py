@@ -53,7 +53,9 @@ def _finding(name, layer, value, threshold=None, direction="above", critical=Non
 
 
 def _rows(mask) -> np.ndarray:
-    return np.flatnonzero(np.asarray(mask, dtype=bool))[:3]
+    """Up to 3 example rows, spread over the matches (so they come from different groups)."""
+    rows = np.flatnonzero(np.asarray(mask, dtype=bool))
+    return np.unique(rows[np.linspace(0, len(rows) - 1, 3).astype(int)]) if len(rows) else rows
 
 
 def _trend(series: pd.Series) -> float:
