@@ -33,8 +33,8 @@ class ProposalContext:
         lineage = self.lineage
         if lineage is None or lineage.empty:
             return set()
-        same_parent = lineage[(lineage["parent_harness_id"] == self.harness_id)
-                              & (lineage["failure_label"] != INCONCLUSIVE)]
+        conclusive = lineage["failure_label"] != INCONCLUSIVE if "failure_label" in lineage else True
+        same_parent = lineage[(lineage["parent_harness_id"] == self.harness_id) & conclusive]
         return set(same_parent["diff_hash"])
 
 
