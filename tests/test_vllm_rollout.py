@@ -48,7 +48,7 @@ def test_sampling_kwargs_map_the_recipe():
 
 
 @pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (it cannot be installed on these CPU machines); "
-                                         "this runs on a GPU node with envs/vllm.yaml")
+                                         "it runs on a GPU node where vllm is installed")
 def test_sampling_params_are_real_vllm_objects():
     params = vllm_rollout.sampling_params(_recipe(group_size=4, temperature=0.8, top_p=0.95, max_response_len=8), seed=1)
     assert (params.n, params.temperature, params.top_p, params.max_tokens, params.logprobs) == (4, 0.8, 0.95, 8, 0)

@@ -37,7 +37,7 @@ def _vllm():
         import vllm
     except ImportError as err:
         raise VllmMissing("rollout.name=vllm needs the vllm package where the rollout job runs (GPU nodes: "
-                          "`--sdm conda` with envs/vllm.yaml, or pip install vllm); it is not installed in this "
+                          "`pip install vllm` in that node's own environment, which brings its own torch); it is not installed in this "
                           f"environment ({err}). Use rollout=hf to sample with the local policy instead.") from err
     return vllm
 
