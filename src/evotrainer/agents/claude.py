@@ -11,32 +11,22 @@ from __future__ import annotations
 
 from evotrainer.agents.calls import Usage
 from evotrainer.agents.llm import (
-    AttemptCounter,
     LLMAgent,
     Reply,
+    SDKProvider,
     ToolCall,
     api_key,
-    classify_sdk_error,
     clean,
 )
 
 
-class ClaudeProvider:
+class ClaudeProvider(SDKProvider):
     name = "claude"
 
     def __init__(self, agent_cfg, key: str):
         import anthropic
 
-        self._sdk = anthropic
-        self.cfg = agent_cfg
-        self.model = agent_cfg.model
-        self._counter = AttemptCounter()
-        self._before = 0
-        kwargs = {"base_url": agent_cfg.base_url} if agent_cfg.base_url else {}
-        self.client = anthropic.Anthropic(
-            api_key=key, timeout=float(agent_cfg.timeout_s), max_retries=int(agent_cfg.max_retries),
-            http_client=anthropic.DefaultHttpxClient(event_hooks={"request": [self._counter]}), **kwargs,
-        )
+        super().__init__(anthropic, "Anthropic", agent_cfg, key)
 
     def send(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
         self._before = self._counter.count
@@ -70,12 +60,6 @@ class ClaudeProvider:
                         cache_creation_tokens=usage.cache_creation_input_tokens or 0),
             assistant_messages=[{"role": "assistant", "content": clean(blocks)}] if blocks else [],
         )
-
-    def attempts(self) -> int:
-        return self._counter.count - self._before
-
-    def classify(self, err: Exception) -> tuple[str, int | None, str]:
-        return classify_sdk_error(self._sdk, err)
 
     def user_text(self, text: str) -> list[dict]:
         return [{"role": "user", "content": [{"type": "text", "text": text}]}]  # blocks: the cached form

@@ -153,6 +153,29 @@ def api_key(agent_cfg, required: bool = True) -> str | None:
     return value
 
 
+class SDKProvider:
+    """What the anthropic and openai providers share: the SDK client (its own retries and timeout, a
+    request hook counting HTTP attempts) and the mapping of its errors to outcomes and labels."""
+
+    def __init__(self, sdk, client_class: str, agent_cfg, key: str) -> None:
+        self._sdk = sdk
+        self.cfg = agent_cfg
+        self.model = agent_cfg.model
+        self._counter = AttemptCounter()
+        self._before = 0
+        kwargs = {"base_url": agent_cfg.base_url} if agent_cfg.base_url else {}
+        self.client = getattr(sdk, client_class)(
+            api_key=key, timeout=float(agent_cfg.timeout_s), max_retries=int(agent_cfg.max_retries),
+            http_client=sdk.DefaultHttpxClient(event_hooks={"request": [self._counter]}), **kwargs,
+        )
+
+    def attempts(self) -> int:
+        return self._counter.count - self._before
+
+    def classify(self, err: Exception) -> tuple[str, int | None, str]:
+        return classify_sdk_error(self._sdk, err)
+
+
 @dataclass
 class Budget:
     max_tokens: int | None

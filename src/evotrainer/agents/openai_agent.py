@@ -13,35 +13,25 @@ import json
 
 from evotrainer.agents.calls import Usage
 from evotrainer.agents.llm import (
-    AttemptCounter,
     LLMAgent,
     MalformedReply,
     Reply,
+    SDKProvider,
     ToolCall,
     api_key,
-    classify_sdk_error,
     clean,
 )
 
 NO_KEY = "no-key"  # sent to endpoints that need none (the SDK refuses an empty key)
 
 
-class OpenAIProvider:
+class OpenAIProvider(SDKProvider):
     name = "openai"
 
     def __init__(self, agent_cfg, key: str | None):
         import openai
 
-        self._sdk = openai
-        self.cfg = agent_cfg
-        self.model = agent_cfg.model
-        self._counter = AttemptCounter()
-        self._before = 0
-        kwargs = {"base_url": agent_cfg.base_url} if agent_cfg.base_url else {}
-        self.client = openai.OpenAI(
-            api_key=key or NO_KEY, timeout=float(agent_cfg.timeout_s), max_retries=int(agent_cfg.max_retries),
-            http_client=openai.DefaultHttpxClient(event_hooks={"request": [self._counter]}), **kwargs,
-        )
+        super().__init__(openai, "OpenAI", agent_cfg, key or NO_KEY)
 
     def send(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
         self._before = self._counter.count
@@ -81,12 +71,6 @@ class OpenAIProvider:
                         cache_read_tokens=cached),
             assistant_messages=[clean(assistant)],
         )
-
-    def attempts(self) -> int:
-        return self._counter.count - self._before
-
-    def classify(self, err: Exception) -> tuple[str, int | None, str]:
-        return classify_sdk_error(self._sdk, err)
 
     def user_text(self, text: str) -> list[dict]:
         return [{"role": "user", "content": text}]
