@@ -25,10 +25,10 @@ GOAL_MB = 2048
 def real_rollouts():
     import torch
 
-    from evotrainer.harness import DEFAULT_HARNESS, load_module, load_recipe
+    from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
     from evotrainer.policy.tiny import build_model, build_tokenizer
-    from evotrainer.scoring import evidence_rows, sample_and_score
-    from evotrainer.sft import warm_start
+    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+    from evotrainer.backends.local.sft import warm_start
     from evotrainer.tasks.arithmetic import Level, make_splits
 
     torch.set_num_threads(2)
@@ -50,7 +50,7 @@ def write_tiled(frame, path: Path, rows: int, chunk_rows: int = 262_144) -> None
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from evotrainer.evidence import to_table
+    from evotrainer.contracts.evidence import to_table
 
     base = to_table(frame)
     reps = -(-chunk_rows // base.num_rows)
@@ -73,7 +73,7 @@ def write_tiled(frame, path: Path, rows: int, chunk_rows: int = 262_144) -> None
 
 def measure(path: str, conf: str, out: str) -> dict:
     """Run the diagnose stage in this (fresh) process; peak RSS of it and of its sandbox worker."""
-    from evotrainer.harness import DEFAULT_HARNESS
+    from evotrainer.contracts.harness import DEFAULT_HARNESS
     from evotrainer.stages import diagnose
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -20,11 +20,11 @@ import time
 import torch
 
 from evotrainer import runtime
-from evotrainer.harness import DEFAULT_HARNESS, load_module, load_recipe
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer, param_count
-from evotrainer.scoring import sample_and_score
+from evotrainer.backends.local.scoring import sample_and_score
 from evotrainer.tasks.arithmetic import Level, make_splits
-from evotrainer.trainer.local_grpo import train
+from evotrainer.backends.local.grpo import train
 
 # hidden, layers, heads, intermediate, max positions
 PRESETS = {"cpu-small": (64, 2, 4, 256, 64), "gpu-medium": (512, 8, 8, 2048, 64), "gpu-large": (1024, 12, 16, 4096, 64)}

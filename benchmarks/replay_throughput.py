@@ -2,7 +2,7 @@
 
 The rows are real rollouts of the tiny policy (sampled here, then tiled to N rows). Compared:
 - per_row_loop: a plain in-process loop over DataFrame.itertuples() calling compute_score
-- sandboxed: evotrainer.sandbox.score_parallel (worker processes with limits, column-wise loop)
+- sandboxed: evotrainer.sandbox.runner.score_parallel (worker processes with limits, column-wise loop)
 
     .venv/bin/python benchmarks/replay_throughput.py [--rows 1000000] [--processes 2]
 """
@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from evotrainer.harness import DEFAULT_HARNESS, load_module, load_recipe
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer
-from evotrainer.sandbox import score_parallel
-from evotrainer.scoring import sample_and_score
-from evotrainer.sft import warm_start
+from evotrainer.sandbox.runner import score_parallel
+from evotrainer.backends.local.scoring import sample_and_score
+from evotrainer.backends.local.sft import warm_start
 from evotrainer.tasks.arithmetic import Level, make_splits
 
 

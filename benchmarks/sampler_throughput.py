@@ -17,7 +17,7 @@ from functools import partial
 import torch
 
 from evotrainer.policy.tiny import build_model, build_tokenizer, param_count
-from evotrainer.sampler import encode_prompts, sample
+from evotrainer.backends.local.sampler import encode_prompts, sample
 from evotrainer.tasks.arithmetic import Level, make_splits
 
 SIZES = {"tiny-default": (64, 2, 4, 256), "tiny-x4": (128, 4, 4, 512), "small": (256, 4, 8, 1024)}

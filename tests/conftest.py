@@ -25,7 +25,7 @@ def tiny_policy(tmp_path_factory, splits):
     import torch
 
     from evotrainer.policy.tiny import build_model, build_tokenizer, save_policy
-    from evotrainer.sft import warm_start
+    from evotrainer.backends.local.sft import warm_start
 
     torch.set_num_threads(2)
     tokenizer = build_tokenizer()
@@ -42,7 +42,7 @@ def harness(tmp_path):
     """A writable copy of the default harness."""
     import shutil
 
-    from evotrainer.harness import DEFAULT_HARNESS
+    from evotrainer.contracts.harness import DEFAULT_HARNESS
 
     dest = tmp_path / "harness"
     shutil.copytree(DEFAULT_HARNESS, dest)
@@ -55,7 +55,7 @@ def backtests(tmp_path_factory, tiny_policy, splits):
     from evotrainer.agents.heuristic import set_recipe_values, unified_diff
     from evotrainer.atomic import write_parquet
     from evotrainer.config import compose, to_yaml
-    from evotrainer.harness import DEFAULT_HARNESS
+    from evotrainer.contracts.harness import DEFAULT_HARNESS
     from evotrainer.stages import backtest
     from tests.hacks import HACKS, hack_diff, write_candidate
 

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from evotrainer.agents.heuristic import unified_diff
-from evotrainer.candidate import validate
-from evotrainer.harness import DEFAULT_HARNESS
+from evotrainer.contracts.candidate import validate
+from evotrainer.contracts.harness import DEFAULT_HARNESS
 from evotrainer.runtime import diff_hash
 
 _SCORE = '"score": 1.0 if correct else 0.0'

@@ -43,7 +43,7 @@ def test_status_decodes_snakemakes_incomplete_markers(tmp_path, monkeypatch):
     from base64 import urlsafe_b64encode
     from pathlib import Path
 
-    from evotrainer.inspect_cli import running_outputs
+    from evotrainer.cli.inspect import running_outputs
 
     outputs = ["results/r/gen0/backtest/c1/metrics.json", "results/r/" + "x" * 400 + "/metrics.json", "results/other/a.json"]
     for name in outputs:

@@ -4,10 +4,11 @@ import pandas as pd
 import pytest
 import torch
 
-from evotrainer import evidence, lineage
-from evotrainer.harness import DEFAULT_HARNESS, load_module, load_recipe
+from evotrainer.contracts import evidence
+from evotrainer.contracts import lineage
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import load_policy
-from evotrainer.scoring import evidence_rows, sample_and_score
+from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
 from evotrainer.stages.diagnose import check_findings, render_markdown
 
 
@@ -162,7 +163,7 @@ def test_the_stage_streams_a_projection_and_attaches_example_rows(probe_evidence
     import json
 
     from evotrainer.config import compose, to_yaml
-    from evotrainer.diagnostics_io import load_for_module
+    from evotrainer.contracts.evidence_stream import load_for_module
     from evotrainer.stages import diagnose
 
     path = tmp_path / "rollouts.parquet"

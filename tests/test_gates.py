@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evotrainer.gates import evaluate
+from evotrainer.search.gates import evaluate
 
 
 def vetoes(backtests, cid):

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from evotrainer import runtime
-from evotrainer.harness import DEFAULT_HARNESS, load_module, load_recipe
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer
-from evotrainer.trainer.local_grpo import train
+from evotrainer.backends.local.grpo import train
 
 RECIPE = load_recipe(DEFAULT_HARNESS) | {"prompts_per_step": 4, "group_size": 4, "lr": 1e-2}
 

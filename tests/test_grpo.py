@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from evotrainer.harness import DEFAULT_HARNESS, load_recipe
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy
-from evotrainer.trainer.local_grpo import TRAIN_LOG_COLUMNS, group_advantages, train
+from evotrainer.backends.local.grpo import TRAIN_LOG_COLUMNS, group_advantages, train
 
 
 def test_group_advantages_normalise_within_groups():
@@ -39,7 +39,7 @@ def test_grpo_learns_a_simple_reward_from_scratch(splits):
 
 def test_single_pass_is_exactly_on_policy(tiny_policy, splits):
     model, tok = load_policy(tiny_policy)
-    from evotrainer.harness import load_module
+    from evotrainer.contracts.harness import load_module
 
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
     log = train(model, tok, _recipe(), splits["train"], reward, steps=3, seed=0, show_progress=False)
@@ -51,7 +51,7 @@ def test_single_pass_is_exactly_on_policy(tiny_policy, splits):
 
 def test_dynamic_sampling_trains_only_on_live_groups(tiny_policy, splits):
     model, tok = load_policy(tiny_policy)
-    from evotrainer.harness import load_module
+    from evotrainer.contracts.harness import load_module
 
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
     recipe = _recipe(dynamic_sampling=True, dynamic_sampling_max_batches=4, prompts_per_step=8)
@@ -63,7 +63,7 @@ def test_dynamic_sampling_trains_only_on_live_groups(tiny_policy, splits):
 
 
 def test_training_is_reproducible_with_a_fixed_seed(tiny_policy, splits):
-    from evotrainer.harness import load_module
+    from evotrainer.contracts.harness import load_module
 
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
     logs = []
@@ -75,8 +75,8 @@ def test_training_is_reproducible_with_a_fixed_seed(tiny_policy, splits):
 
 
 def test_groups_stay_aligned_when_a_prompt_is_drawn_twice(tiny_policy, splits):
-    from evotrainer.harness import load_module
-    from evotrainer.scoring import sample_and_score
+    from evotrainer.contracts.harness import load_module
+    from evotrainer.backends.local.scoring import sample_and_score
 
     model, tok = load_policy(tiny_policy)
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
@@ -87,7 +87,7 @@ def test_groups_stay_aligned_when_a_prompt_is_drawn_twice(tiny_policy, splits):
 
 
 def test_every_step_samples_exactly_the_configured_batch(tiny_policy, splits):
-    from evotrainer.harness import load_module
+    from evotrainer.contracts.harness import load_module
 
     model, tok = load_policy(tiny_policy)
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
@@ -97,7 +97,7 @@ def test_every_step_samples_exactly_the_configured_batch(tiny_policy, splits):
 
 
 def test_overlong_penalty_is_linear_over_the_buffer():
-    from evotrainer.scoring import overlong_penalty
+    from evotrainer.backends.local.scoring import overlong_penalty
 
     assert np.allclose(overlong_penalty(np.array([4, 6, 7, 8]), max_len=8, buffer=4, penalty=1.0), [0, -0.5, -0.75, -1.0])
     assert np.allclose(overlong_penalty(np.array([8]), max_len=8, buffer=0, penalty=1.0), [0.0])
@@ -108,7 +108,7 @@ def test_overlong_penalty_is_linear_over_the_buffer():
     {"top_p": 0.5}, {"overlong_buffer": 6}, {"norm_adv_by_std": False},
 ], ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_each_recipe_knob_changes_the_update(tiny_policy, splits, changes):
-    from evotrainer.harness import load_module
+    from evotrainer.contracts.harness import load_module
 
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
     logs = []

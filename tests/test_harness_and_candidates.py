@@ -1,10 +1,10 @@
 import pytest
 
-from evotrainer import lineage
+from evotrainer.contracts import lineage
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.heuristic import CATALOGUE, HeuristicAgent, unified_diff
-from evotrainer.candidate import CandidateError, apply_diff, check_harness, touched_files, validate
-from evotrainer.harness import DEFAULT_HARNESS, HarnessError, check_recipe, harness_id, load_recipe
+from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness, touched_files, validate
+from evotrainer.contracts.harness import DEFAULT_HARNESS, HarnessError, check_recipe, harness_id, load_recipe
 
 
 def recipe_diff(harness, old: str, new: str) -> str:

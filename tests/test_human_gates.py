@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evotrainer import approvals
+from evotrainer.search import approvals
 from evotrainer.config import compose
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,13 +12,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from evotrainer import lineage
+from evotrainer.contracts import lineage
 from evotrainer.agents import make_agent
 from evotrainer.agents.base import FailedProposal
 from evotrainer.agents.heuristic import set_recipe_values, unified_diff
 from evotrainer.agents.tools import TOOL_SPECS, Toolbox
 from evotrainer.config import compose, to_yaml
-from evotrainer.harness import DEFAULT_HARNESS
+from evotrainer.contracts.harness import DEFAULT_HARNESS
 from tests.llm_server import HttpError, ScriptedLLM, Turn, tool
 
 KEY = "sk-ant-test-7f3c9e1b2d-do-not-log"
@@ -56,7 +56,7 @@ def generation(tmp_path_factory, splits):
     shutil.copytree(DEFAULT_HARNESS, gen / "harness")
     write_parquet(run / "data" / "test.parquet", splits["test"])
     frame = rollouts(tiny_policy, splits["probe"])
-    from evotrainer import evidence
+    from evotrainer.contracts import evidence
 
     evidence.write(frame, gen / "rollouts.parquet")
     conf = run / "config.yaml"
@@ -75,7 +75,7 @@ def agent_cfg(name: str, url: str, *overrides: str):
 def context_for(run: Path, feedback: str | None = None):
     from evotrainer.agents import ProposalContext
     from evotrainer.atomic import read_json
-    from evotrainer.harness import harness_id
+    from evotrainer.contracts.harness import harness_id
 
     gen = run / "gen0"
     diagnosis = read_json(gen / "diagnosis.json")
@@ -308,7 +308,7 @@ def test_every_tool_output_is_bounded(generation):
 
 
 def test_evidence_queries_are_whitelisted_and_never_show_the_test_split(generation, tmp_path):
-    from evotrainer import evidence
+    from evotrainer.contracts import evidence
     from evotrainer.agents.tools import ToolError
 
     run = tmp_path / "run"
@@ -464,7 +464,7 @@ def test_snakemake_run_with_agent_claude_completes_and_never_writes_the_key(tmp_
 
 
 def test_read_skills_returns_the_matching_skills_of_the_library(generation, tmp_path):
-    from evotrainer import skills
+    from evotrainer.contracts import skill as skills
     from evotrainer.atomic import write_json
 
     store = tmp_path / "library"

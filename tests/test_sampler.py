@@ -1,8 +1,8 @@
 import torch
 
 from evotrainer.policy.tiny import load_policy
-from evotrainer.sampler import decode_responses, encode_prompts, sample
-from evotrainer.trainer.local_grpo import _response_logprobs
+from evotrainer.backends.local.sampler import decode_responses, encode_prompts, sample
+from evotrainer.backends.local.grpo import _response_logprobs
 
 
 def test_kv_cached_greedy_matches_model_generate(tiny_policy, splits):

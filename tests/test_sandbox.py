@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from evotrainer.harness import DEFAULT_HARNESS, load_module
-from evotrainer.sandbox import Limits, SandboxError, run_tasks
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module
+from evotrainer.sandbox.runner import Limits, SandboxError, run_tasks
 
 ROWS = pd.DataFrame({"data_source": "arithmetic", "response": ["12", "-3", "x", "7"], "ground_truth": ["12", "3", "1", "7"],
                      "prompt_id": ["a", "b", "c", "d"], "level": [0, 1, 1, 2]})

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer import lineage, skills
+from evotrainer.contracts import lineage
+from evotrainer.contracts import skill as skills
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.guidance import parse_feedback
 from evotrainer.agents.heuristic import HeuristicAgent, vocabulary
-from evotrainer.harness import DEFAULT_HARNESS, harness_id, load_recipe
+from evotrainer.contracts.harness import DEFAULT_HARNESS, harness_id, load_recipe
 from evotrainer.runtime import diff_hash
 
 SIGNATURE = {"dead_group_ratio": "critical", "all_wrong_group_ratio": "warn"}

@@ -161,7 +161,7 @@ def test_propose_runs_without_torch(cancelled_and_resumed, tmp_path):
     conf = tmp_path / "config.yaml"
     conf.write_text((run / "config.yaml").read_text().replace("max_candidates: 0", "max_candidates: 3"))
     code = ("import sys\nfor m in ('torch', 'transformers', 'tokenizers'): sys.modules[m] = None\n"
-            "from evotrainer.cli import main\nsys.exit(main())")
+            "from evotrainer.cli.main import main\nsys.exit(main())")
     args = ["stage", "propose", "--config", str(conf), "--diagnosis", str(run / "gen0" / "diagnosis.json"),
             "--harness", str(run / "gen0" / "harness"), "--lineage", str(tmp_path / "lineage.parquet"),
             "--out-dir", str(tmp_path / "candidates"), "--generation", "0"]

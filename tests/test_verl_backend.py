@@ -26,7 +26,7 @@ import pytest
 verl = pytest.importorskip("verl", reason="the verl extra is not installed (pip install -e '.[verl]')")
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="evotrainer-hf-datasets-"))
 
-from evotrainer import evidence  # noqa: E402
+from evotrainer.contracts import evidence  # noqa: E402
 from evotrainer.backends.verl import data as verl_data  # noqa: E402
 from evotrainer.backends.verl import metrics as verl_metrics  # noqa: E402
 from evotrainer.backends.verl.launch import RAY_ON_SLURM, command, curriculum_pool  # noqa: E402
@@ -38,7 +38,7 @@ from evotrainer.backends.verl.overrides import (  # noqa: E402
     compose,
     preflight,
 )
-from evotrainer.harness import DEFAULT_HARNESS, RECIPE_SCHEMA, HarnessError, load_module, load_recipe  # noqa: E402
+from evotrainer.contracts.harness import DEFAULT_HARNESS, RECIPE_SCHEMA, HarnessError, load_module, load_recipe  # noqa: E402
 
 
 def _recipe(**changes):
@@ -128,7 +128,7 @@ def test_bad_values_verl_accepts_are_caught_by_our_checks(tmp_path):
 def test_exported_data_loads_with_verl_rlhf_dataset(tmp_path, splits, verl_model):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from evotrainer.sampler import encode_prompts
+    from evotrainer.backends.local.sampler import encode_prompts
 
     model_dir, tokenizer = verl_model
     path = verl_data.export_split(splits["val"], "val", tmp_path / "val.parquet")
@@ -152,7 +152,7 @@ def _sampled_batch(model_dir, tokenizer, prompts: pd.DataFrame, recipe: dict):
     from verl import DataProto
 
     from evotrainer.policy.tiny import load_policy
-    from evotrainer.scoring import sample_and_score
+    from evotrainer.backends.local.scoring import sample_and_score
 
     model, _ = load_policy(model_dir)
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
@@ -188,8 +188,8 @@ def test_harness_reward_scores_through_verl_dapo_manager_and_logs_map_back(tmp_p
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.utils.tracking import Tracking
 
-    from evotrainer.scoring import overlong_penalty, score
-    from evotrainer.trainer.local_grpo import TRAIN_LOG_COLUMNS, group_advantages
+    from evotrainer.backends.local.scoring import overlong_penalty, score
+    from evotrainer.backends.local.grpo import TRAIN_LOG_COLUMNS, group_advantages
 
     model_dir, tokenizer = verl_model
     recipe = _recipe(group_size=4, max_response_len=6, overlong_buffer=3, overlong_penalty=0.5)

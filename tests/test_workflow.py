@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evotrainer import evidence, lineage
-from evotrainer.harness import DEFAULT_HARNESS, load_recipe
+from evotrainer.contracts import evidence
+from evotrainer.contracts import lineage
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
@@ -142,7 +143,7 @@ def test_noise_aware_selection_promotes_only_with_an_interval_above_min_gain(fin
 
 def test_greedy_selection_on_the_same_backtests(finished_run, tmp_path):
     from evotrainer.config import compose, to_yaml
-    from evotrainer.harness import harness_id
+    from evotrainer.contracts.harness import harness_id
     from evotrainer.stages import select
 
     conf = tmp_path / "config.yaml"
@@ -210,7 +211,7 @@ def test_test_split_is_never_read_before_evaluation(finished_run):
 
 
 def test_report_has_every_section(finished_run):
-    from evotrainer.report import SECTIONS
+    from evotrainer.report.html import SECTIONS
 
     page = (finished_run / "report.html").read_text()
     for section in SECTIONS:

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from evotrainer.candidate import Proposal
+from evotrainer.contracts.candidate import Proposal
 
 INCONCLUSIVE = "diagnostic_unverifiable"
 

@@ -1,7 +1,7 @@
 """Diagnostics changes an offline agent can propose from what the lineage shows.
 
 A diagnostics-only candidate is never trained: it is backtested on the run's archived evidence
-(evotrainer.diagnostic_backtest) and, if it flags the known-bad branches and passes the good ones,
+(evotrainer.search.diagnostic_backtest) and, if it flags the known-bad branches and passes the good ones,
 registered into the next generation's harness. Each idea here is an appended wrapper around the
 current ``diagnose`` so it composes with whatever the diagnostics file already does.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from evotrainer.agents.base import ProposalContext
-from evotrainer.candidate import Proposal
+from evotrainer.contracts.candidate import Proposal
 
 
 @dataclass(frozen=True)

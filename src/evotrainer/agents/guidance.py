@@ -1,6 +1,6 @@
 """What steers the offline agent besides the findings: skills from earlier outcomes and human feedback.
 
-Skills (evotrainer.skills, retrieved by signature similarity into ``context.extra["skills"]``): an
+Skills (evotrainer.contracts.skill, retrieved by signature similarity into ``context.extra["skills"]``): an
 intervention whose matching skill *worked* is tried first (the more similar and the larger its gain,
 the earlier); one whose matching skill *failed* is not proposed again. A worked skill whose
 intervention the catalogue does not know (an LLM's or a user's) is proposed with its recorded diff

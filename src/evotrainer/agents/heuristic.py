@@ -18,8 +18,8 @@ import yaml
 
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.guidance import Guidance
-from evotrainer.candidate import Proposal, validate
-from evotrainer.harness import load_recipe
+from evotrainer.contracts.candidate import Proposal, validate
+from evotrainer.contracts.harness import load_recipe
 from evotrainer.runtime import diff_hash
 
 SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}

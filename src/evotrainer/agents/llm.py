@@ -24,11 +24,11 @@ from typing import Any, Protocol
 from evotrainer.agents import calls as call_records
 from evotrainer.agents.base import FailedProposal, ProposalContext
 from evotrainer.agents.tools import TOOL_SPECS, Toolbox, ToolError
-from evotrainer.candidate import CandidateError, Proposal, touched_files, validate
-from evotrainer.harness import HARNESS_FILES, RECIPE_SCHEMA
+from evotrainer.contracts.candidate import CandidateError, Proposal, touched_files, validate
+from evotrainer.contracts.harness import HARNESS_FILES, RECIPE_SCHEMA
 from evotrainer.runtime import diff_hash
 
-# labels of candidates the agent failed to produce (evotrainer.lineage.FAILURE_LABELS lists them too)
+# labels of candidates the agent failed to produce (evotrainer.contracts.lineage.FAILURE_LABELS lists them too)
 NO_TOOL_CALL = "agent_no_tool_call"
 BAD_TOOL_CALL = "agent_bad_tool_call"
 NO_DIFF = "agent_no_diff"

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from evotrainer.harness import HARNESS_FILES
+from evotrainer.contracts.harness import HARNESS_FILES
 
 MAX_ROWS = 50
 MAX_EXAMPLES = 20
@@ -156,7 +156,7 @@ class Toolbox:
     lineage: pd.DataFrame
     skills_dirs: list[Path] = field(default_factory=list)
     signature: list[str] = field(default_factory=list)
-    skills: list[dict] | None = None  # retrieved by the propose stage when it did (evotrainer.skills)
+    skills: list[dict] | None = None  # retrieved by the propose stage when it did (evotrainer.contracts.skill)
     max_chars: int = 6000
     _evidence: pd.DataFrame | None = field(default=None, init=False, repr=False)
 
@@ -252,7 +252,7 @@ class Toolbox:
         records = self.skills
         if records is None:  # the stage did not retrieve any: ask the library directly
             try:
-                from evotrainer import skills
+                from evotrainer.contracts import skill as skills
             except ImportError:
                 return _dumps({"skills": [], "note": "the skill library is not available in this installation"})
             records = skills.retrieve([str(p) for p in self.skills_dirs], self.signature, k=k)

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evotrainer.evidence import COMPONENT_PREFIX
-from evotrainer.scoring import RewardFn, overlong_penalty, score
+from evotrainer.contracts.evidence import COMPONENT_PREFIX
+from evotrainer.backends.local.scoring import RewardFn, overlong_penalty, score
 from evotrainer.tasks.arithmetic import is_correct, parse_answer
 
 FINISH = {"stop": "eos", "length": "length"}
@@ -60,7 +60,7 @@ def sampling_params(recipe: dict[str, Any], *, greedy: bool = False, seed: int |
 
 
 def prompt_token_ids(tokenizer, prompts: list[str]) -> list[dict[str, list[int]]]:
-    """vLLM token prompts ({"prompt_token_ids": ...}): bos + prompt, as evotrainer.sampler.encode_prompts."""
+    """vLLM token prompts ({"prompt_token_ids": ...}): bos + prompt, as evotrainer.backends.local.sampler.encode_prompts."""
     return [{"prompt_token_ids": [tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False)}
             for p in prompts]
 

@@ -13,10 +13,12 @@ import time
 import traceback
 from pathlib import Path
 
-from evotrainer import backends, evidence, runtime
+from evotrainer import backends
+from evotrainer.contracts import evidence
+from evotrainer import runtime
 from evotrainer.atomic import atomic_dir, copy_tree, read_json, write_json, write_parquet
-from evotrainer.candidate import CandidateError, apply_diff, check_harness
-from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness
+from evotrainer.contracts.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import backtest_summary, config, read_split
 
 SEED_STRIDE = 7919  # seed offset between the training seeds of one backtest
@@ -88,8 +90,8 @@ def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_p
     import torch
 
     from evotrainer.policy.tiny import load_policy, save_policy
-    from evotrainer.scoring import evidence_rows, sample_and_score
-    from evotrainer.trainer.local_grpo import train
+    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+    from evotrainer.backends.local.grpo import train
 
     recipe = load_recipe(harness_dir)
     reward_fn = load_module(harness_dir, "reward").compute_score

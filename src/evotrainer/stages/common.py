@@ -19,7 +19,7 @@ def backtest_summary(val_frame, log, split_name: str, *, restarts: int, train_wa
                      harness_dir, policy_dir) -> dict:
     """The metrics every trainer backend reports for one backtest (val scores, end-of-training stats)."""
     from evotrainer import runtime
-    from evotrainer.harness import harness_id
+    from evotrainer.contracts.harness import harness_id
 
     tail = log.tail(max(1, len(log) // 10))
     return {

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from evotrainer import evidence
+from evotrainer.contracts import evidence
 from evotrainer.atomic import write_json, write_parquet, write_text
-from evotrainer.diagnostics_io import resolve_examples
-from evotrainer.harness import harness_id, load_recipe
-from evotrainer.sandbox import Limits, run_tasks
+from evotrainer.contracts.evidence_stream import resolve_examples
+from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.sandbox.runner import Limits, run_tasks
 from evotrainer.stages.common import config
 
 FINDING_COLUMNS = ["name", "layer", "value", "threshold", "direction", "severity", "affected_rows", "message"]

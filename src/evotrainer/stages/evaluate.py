@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evotrainer import evidence, runtime
+from evotrainer.contracts import evidence
+from evotrainer import runtime
 from evotrainer.atomic import write_json
-from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.contracts.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import config, read_split
 
 
@@ -17,7 +18,7 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
     import pandas as pd
 
     from evotrainer.policy.tiny import load_policy
-    from evotrainer.scoring import evidence_rows, sample_and_score
+    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
 
     recipe = dict(load_recipe(harness_dir), temperature=1.0, top_p=1.0)
     reward_fn = load_module(harness_dir, "reward").compute_score

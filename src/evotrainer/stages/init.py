@@ -7,8 +7,8 @@ from pathlib import Path
 
 from evotrainer import runtime
 from evotrainer.atomic import atomic_dir, copy_tree, write_json, write_parquet
-from evotrainer.candidate import check_harness
-from evotrainer.harness import DEFAULT_HARNESS, load_recipe
+from evotrainer.contracts.candidate import check_harness
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
 from evotrainer.stages.common import config, read_split
 
 
@@ -17,8 +17,8 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
     cfg = config(config_path)
     device = runtime.setup_torch(threads, cfg.trainer.device)
     from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy, param_count, save_policy
-    from evotrainer.scoring import greedy_accuracy
-    from evotrainer.sft import warm_start
+    from evotrainer.backends.local.scoring import greedy_accuracy
+    from evotrainer.backends.local.sft import warm_start
 
     initial_harness = Path(cfg.harness.initial) if cfg.harness.initial else DEFAULT_HARNESS
     check_harness(initial_harness)

@@ -11,12 +11,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from evotrainer import approvals, lineage, skills
+from evotrainer.search import approvals
+from evotrainer.contracts import lineage
+from evotrainer.contracts import skill as skills
 from evotrainer.agents import ProposalContext, make_agent
 from evotrainer.agents import calls as agent_calls
 from evotrainer.atomic import atomic_dir, read_json
-from evotrainer.candidate import CONTROL, Proposal, validate
-from evotrainer.harness import harness_id
+from evotrainer.contracts.candidate import CONTROL, Proposal, validate
+from evotrainer.contracts.harness import harness_id
 from evotrainer.runtime import diff_hash
 from evotrainer.stages.common import config
 

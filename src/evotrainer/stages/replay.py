@@ -8,7 +8,7 @@ groups / of the prompt pool), and the sandbox labels when the candidate's code h
 breaks a sandbox rule on real inputs.
 
 A candidate that changes only diagnostics.py gets the diagnostic backtest instead (status
-"diagnostic"; see evotrainer.diagnostic_backtest): registered or failed, never trained.
+"diagnostic"; see evotrainer.search.diagnostic_backtest): registered or failed, never trained.
 """
 
 from __future__ import annotations
@@ -19,19 +19,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evotrainer import evidence, lineage
+from evotrainer.contracts import evidence
+from evotrainer.contracts import lineage
 from evotrainer.atomic import read_json, write_json
-from evotrainer.candidate import CandidateError, apply_diff
-from evotrainer.diagnostic_backtest import (
+from evotrainer.contracts.candidate import CandidateError, apply_diff
+from evotrainer.search.diagnostic_backtest import (
     DiagnosticBacktestConf,
     archived_branches,
     backtest,
     is_diagnostics_only,
 )
-from evotrainer.gates import reward_auc, reward_false_positive_rate
-from evotrainer.harness import load_recipe
-from evotrainer.sandbox import SandboxError, run_tasks, score_parallel
-from evotrainer.scoring import overlong_penalty
+from evotrainer.search.gates import reward_auc, reward_false_positive_rate
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.sandbox.runner import SandboxError, run_tasks, score_parallel
+from evotrainer.backends.local.scoring import overlong_penalty
 from evotrainer.stages.common import config, read_split
 
 MIN_KEPT_FRACTION = 0.10

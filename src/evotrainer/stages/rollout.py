@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from evotrainer import evidence, runtime
-from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.contracts import evidence
+from evotrainer import runtime
+from evotrainer.contracts.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import config, read_split
 
 
@@ -30,7 +31,7 @@ def run(config_path: str, policy_dir: str, harness_dir: str, prompts_path: str, 
     import torch
 
     from evotrainer.policy.tiny import load_policy
-    from evotrainer.scoring import evidence_rows, sample_and_score
+    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
 
     model, tokenizer = load_policy(policy_dir, device)
     model.eval()

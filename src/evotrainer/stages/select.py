@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from evotrainer import lineage
+from evotrainer.contracts import lineage
 from evotrainer.atomic import copy_tree, read_json, write_json
-from evotrainer.candidate import CONTROL
+from evotrainer.contracts.candidate import CONTROL
 from evotrainer.stages.common import config
 
 
@@ -31,7 +31,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
     control_acc = control["val_accuracy"]
     gate_results: dict[str, list[dict]] = {}
     if cfg.search.gates:
-        from evotrainer.gates import evaluate as evaluate_gates
+        from evotrainer.search.gates import evaluate as evaluate_gates
 
         for cid, m in metrics.items():
             if m["status"] == "ok" and cid != CONTROL:
@@ -143,7 +143,7 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
     else:  # the winner's harness with every registered diagnostics change that still applies on top
         import tempfile
 
-        from evotrainer.candidate import CandidateError, apply_diff, check_harness
+        from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness
 
         with tempfile.TemporaryDirectory(prefix="evotrainer-promote-") as scratch:
             harness = Path(scratch) / "h0"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evotrainer import skills
+from evotrainer.contracts import skill as skills
 from evotrainer.atomic import read_json, write_json
 from evotrainer.stages.common import config
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evotrainer import lineage
+from evotrainer.contracts import lineage
 from evotrainer.atomic import read_json, write_json, write_text
 
 

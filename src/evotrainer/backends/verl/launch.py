@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evotrainer import evidence, runtime
+from evotrainer.contracts import evidence
+from evotrainer import runtime
 from evotrainer.atomic import copy_tree, write_parquet, write_text
 from evotrainer.backends.verl import data as verl_data
 from evotrainer.backends.verl import metrics as verl_metrics
 from evotrainer.backends.verl.overrides import VerlJob, build_overrides, check_recipe_for_verl, preflight
-from evotrainer.harness import harness_id, load_module, load_recipe
+from evotrainer.contracts.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import backtest_summary, read_split
 
 RAY_ON_SLURM = Path(__file__).with_name("ray_on_slurm.sh")

@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evotrainer.evidence import COMPONENT_PREFIX
+from evotrainer.contracts.evidence import COMPONENT_PREFIX
 from evotrainer.tasks.arithmetic import is_correct, parse_answer
 
 TRAIN_LOG_COLUMNS = [
     "step", "reward_mean", "reward_std", "accuracy", "dead_group_ratio", "entropy", "kl", "clip_frac",
     "loss", "grad_norm", "response_len_mean", "truncation_rate", "format_ok_rate", "kept_groups",
     "sampled_groups", "samples_generated", "sample_time_s", "wall_time_s",
-]  # the local trainer's columns (evotrainer.trainer.local_grpo.TRAIN_LOG_COLUMNS), asserted equal in the tests
+]  # the local trainer's columns (evotrainer.backends.local.grpo.TRAIN_LOG_COLUMNS), asserted equal in the tests
 
 # train_log column -> verl metric names, first present wins
 FROM_METRICS = {
@@ -154,7 +154,7 @@ def _match(text: str, truth: str, index: dict[str, dict[str, Any]]) -> dict[str,
 def evidence_rows(dump_path: str | Path, prompts: pd.DataFrame, *, run: str, generation: int, split: str,
                   max_response_len: int, tokenizer, policy_id: str, harness_id: str, seed: int,
                   step: int | None = None) -> pd.DataFrame:
-    """A verl generation dump -> evidence rows (evotrainer.evidence), matched back to the split's prompts."""
+    """A verl generation dump -> evidence rows (evotrainer.contracts.evidence), matched back to the split's prompts."""
     gen = read_generations(dump_path)
     index = _prompt_index(prompts)
     matched = [_match(str(i), str(t), index) for i, t in zip(gen["input"], gen["gts"], strict=True)]

@@ -2,7 +2,7 @@
 
 Every recipe key is mapped (RECIPE_TO_VERL says where; tests/test_verl_backend.py checks that the
 table covers RECIPE_SCHEMA, so a new recipe knob cannot be dropped silently). Values are checked by
-our own schema first (evotrainer.harness.check_recipe) because verl's validate_config lets some bad
+our own schema first (evotrainer.contracts.harness.check_recipe) because verl's validate_config lets some bad
 values through (a non-numeric clip ratio, an unknown advantage estimator); `preflight` then composes
 the overrides with verl's own `ppo_trainer` config and runs verl's validate_config, so an unknown key
 or a verl-side inconsistency fails here, before any job is launched.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evotrainer.harness import RECIPE_SCHEMA, HarnessError, check_recipe
+from evotrainer.contracts.harness import RECIPE_SCHEMA, HarnessError, check_recipe
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"

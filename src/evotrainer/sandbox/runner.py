@@ -1,6 +1,6 @@
 """Run harness code (reward, curriculum, diagnostics) from a candidate in a separate, limited process.
 
-The worker (``python -I -m evotrainer.sandbox_worker``) runs in a fresh temporary directory with
+The worker (``python -I -m evotrainer.sandbox.worker``) runs in a fresh temporary directory with
 limits on address space, CPU time and file size (``resource.setrlimit``), a wall-clock timeout, an
 environment without proxies or credentials, and a Python audit hook that refuses writes outside its
 directory, network sockets and new processes. Inputs and outputs cross as parquet / JSON / .npy
@@ -77,7 +77,7 @@ def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.Da
                 (work / f"in_{name}.json").write_text(json.dumps(value))
         env = {k: v for k, v in os.environ.items() if k in _KEEP_ENV}
         env["PYTHONHASHSEED"] = "0"
-        cmd = [sys.executable, "-I", "-m", "evotrainer.sandbox_worker", str(harness_dir), str(work), *tasks]
+        cmd = [sys.executable, "-I", "-m", "evotrainer.sandbox.worker", str(harness_dir), str(work), *tasks]
         try:
             proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=limits.timeout_s,
                                   preexec_fn=_apply_limits(limits))

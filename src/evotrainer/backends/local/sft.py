@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from evotrainer.scoring import greedy_accuracy
+from evotrainer.backends.local.scoring import greedy_accuracy
 
 
 def _batch(tokenizer, rows: pd.DataFrame):

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from evotrainer.evidence import COMPONENT_PREFIX
-from evotrainer.sampler import Samples, decode_responses, encode_prompts, sample
+from evotrainer.contracts.evidence import COMPONENT_PREFIX
+from evotrainer.backends.local.sampler import Samples, decode_responses, encode_prompts, sample
 from evotrainer.tasks.arithmetic import is_correct, parse_answer
 
 RewardFn = Callable[..., float | dict]

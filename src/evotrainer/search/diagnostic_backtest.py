@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from evotrainer.harness import load_recipe
-from evotrainer.sandbox import Limits, SandboxError, run_tasks
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.sandbox.runner import Limits, SandboxError, run_tasks
 
 FLAGGING = ("warn", "critical")
 SANDBOX_LABELS = {"sandbox_timeout": "diagnostic_slow", "sandbox_memory": "diagnostic_memory",

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from evotrainer.harness import HARNESS_FILES, HarnessError, check_layout, load_recipe
+from evotrainer.contracts.harness import HARNESS_FILES, HarnessError, check_layout, load_recipe
 
 CONTROL = "control"
 MAX_DIFF_BYTES = 64_000

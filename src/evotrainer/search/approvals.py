@@ -3,7 +3,7 @@
 ``gates.after_<stage>`` (diagnosis, propose, backtest, select) puts a `gate` job between the stage and
 what consumes it; ``gates.after_failed_generations: N`` raises the after-select gate by itself once N
 generations in a row promoted nothing. (``search.gates`` are something else: the validity gates of
-select, evotrainer.gates.)
+select, evotrainer.search.gates.)
 
 A gate job passes when the gate is not required, or when the latest decision for it is ``approve``.
 Otherwise it writes ``approvals/pending/gen<g>_<stage>.json``, prints what to review and which command

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from evotrainer import lineage as lineage_contract  # noqa: E402
+from evotrainer.contracts import lineage as lineage_contract  # noqa: E402
 from evotrainer.atomic import atomic_path, write_text  # noqa: E402
 
 SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "agent-cost")

@@ -1,12 +1,12 @@
-"""`evotrainer approve | revise | abort`: the decisions at a human gate (evotrainer.approvals)."""
+"""`evotrainer approve | revise | abort`: the decisions at a human gate (evotrainer.search.approvals)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from evotrainer import approvals
-from evotrainer.inspect_cli import resolve_run
+from evotrainer.search import approvals
+from evotrainer.cli.inspect import resolve_run
 
 CONTINUE = "Rerun the same snakemake command to continue (it resumes from the gate)."
 

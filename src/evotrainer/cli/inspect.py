@@ -10,7 +10,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from evotrainer import lineage as lineage_contract
+from evotrainer.contracts import lineage as lineage_contract
 
 console = Console()
 
@@ -77,7 +77,7 @@ def status(run: str, results: str = "results") -> None:
     running = running_outputs(run_dir)
     console.print(f"running jobs: {len(running)}" + "".join(f"\n  {r}" for r in running))
     console.print(f"best val accuracy so far: {_fmt(best)}")
-    from evotrainer.approvals import status_lines
+    from evotrainer.search.approvals import status_lines
 
     for line in status_lines(run_dir):  # human gates: abort, pending gates with their commands, last decision
         console.print(line, markup=False, highlight=False)
@@ -156,7 +156,7 @@ def compare(run_a: str, run_b: str, results: str = "results") -> None:
 
 
 def validate_evidence(path: str) -> int:
-    from evotrainer import evidence
+    from evotrainer.contracts import evidence
 
     try:
         info = evidence.validate_file(path)
@@ -172,7 +172,7 @@ def validate_evidence(path: str) -> int:
 
 
 def report(run: str, results: str = "results") -> None:
-    from evotrainer.report import build
+    from evotrainer.report.html import build
 
     run_dir = resolve_run(run, results)
     build(run_dir, run_dir / "report.html", run_dir / "report")

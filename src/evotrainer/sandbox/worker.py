@@ -1,4 +1,4 @@
-"""The sandboxed side of evotrainer.sandbox: `python -I -m evotrainer.sandbox_worker HARNESS WORKDIR TASK...`.
+"""The sandboxed side of evotrainer.sandbox.runner: `python -I -m evotrainer.sandbox.worker HARNESS WORKDIR TASK...`.
 
 Installs an audit hook first (it cannot be removed afterwards), then imports the harness modules.
 """
@@ -54,7 +54,7 @@ def main() -> int:
 
     install_guard(workdir)
     try:
-        from evotrainer.harness import load_module
+        from evotrainer.contracts.harness import load_module
 
         lazy = set() if "weights" in tasks or "score" in tasks else {"evidence"}  # diagnose streams it itself
         frames = {p.stem[3:]: pd.read_parquet(p) for p in workdir.glob("in_*.parquet") if p.stem[3:] not in lazy}
@@ -82,7 +82,7 @@ def main() -> int:
             weights = np.asarray(curriculum.prompt_weights(frames["pool"], frames.get("evidence")), dtype=float)
             np.save(workdir / "out_weights.npy", weights, allow_pickle=False)
         if "diagnose" in tasks:
-            from evotrainer.diagnostics_io import load_for_module
+            from evotrainer.contracts.evidence_stream import load_for_module
 
             diagnostics = load_module(harness, "diagnostics")
             recipe = blobs.get("recipe", {})

@@ -74,14 +74,14 @@ def _run_stage(a: argparse.Namespace) -> int | None:
         from evotrainer.stages import replay
         replay.run(a.config, a.rollouts, a.harness, a.candidate, a.pool, a.out, int(a.generation))
     elif a.stage == "select":
-        from evotrainer.harness import harness_id
+        from evotrainer.contracts.harness import harness_id
         from evotrainer.stages import select
         select.run(a.config, a.candidates, a.backtest_dir, harness_id(a.harness), a.lineage, a.out, int(a.generation))
     elif a.stage == "skills":
         from evotrainer.stages import skills
         skills.run(a.config, a.run_dir, a.selection, a.diagnosis, a.candidates, a.out, int(a.generation))
     elif a.stage == "gate":
-        from evotrainer import approvals
+        from evotrainer.search import approvals
         from evotrainer.stages.common import config
         return approvals.run_gate(config(a.config), a.run_dir, int(a.generation), a.stage_name, a.out, a.log)
     elif a.stage == "promote":
@@ -91,10 +91,10 @@ def _run_stage(a: argparse.Namespace) -> int | None:
         from evotrainer.stages import evaluate
         evaluate.run(a.config, a.policy, a.harness, a.test, a.out_json, a.out_rollouts, a.arm, int(a.threads))
     elif a.stage == "report":
-        from evotrainer.report import build
+        from evotrainer.report.html import build
         build(a.run_dir, a.out_html, a.figures_dir)
     elif a.stage == "headline":
-        from evotrainer import headline
+        from evotrainer.report import headline
         headline.run(a.summaries, a.out_json, a.out_png)
     elif a.stage == "summary":
         from evotrainer.stages import summary
@@ -103,7 +103,7 @@ def _run_stage(a: argparse.Namespace) -> int | None:
 
 
 def _gate_parsers(sub) -> None:
-    """Human gates (evotrainer.approvals): decide at a gate where the workflow stopped."""
+    """Human gates (evotrainer.search.approvals): decide at a gate where the workflow stopped."""
     for name, text in (("approve", "pass a human gate; then rerun the snakemake command"),
                        ("revise", "redo a gated stage with feedback for the agent; then rerun snakemake")):
         p = sub.add_parser(name, help=text)
@@ -156,10 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             print(err, file=sys.stderr)
             return 2
         return 0
-    from evotrainer import inspect_cli
+    from evotrainer.cli import inspect as inspect_cli
 
     if a.command in ("approve", "revise", "abort"):
-        from evotrainer import gate_cli
+        from evotrainer.cli import gates as gate_cli
         return gate_cli.main(a)
     if a.command == "evidence":
         return inspect_cli.validate_evidence(a.file)

@@ -21,7 +21,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from evotrainer.runtime import autocast
-from evotrainer.scoring import RewardFn, ScoredBatch, sample_and_score
+from evotrainer.backends.local.scoring import RewardFn, ScoredBatch, sample_and_score
 
 TRAIN_LOG_COLUMNS = [
     "step", "reward_mean", "reward_std", "accuracy", "dead_group_ratio", "entropy", "kl", "clip_frac",
