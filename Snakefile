@@ -7,6 +7,15 @@ min_version("9.0")
 
 
 include: "workflow/rules/common.smk"
+
+
+# The resolved configs are written when jobs are about to run (never while the workflow is parsed, listed,
+# linted or dry-run), and only where they changed, so an unchanged rerun touches nothing. They are not
+# rule inputs: a new search.generations extends a run instead of redoing it.
+onstart:
+    write_run_configs(RESULTS, RUN_CONFIGS)
+
+
 include: "workflow/rules/gates.smk"
 include: "workflow/rules/init.smk"
 include: "workflow/rules/rollout.smk"

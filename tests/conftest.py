@@ -12,15 +12,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def splits():
-    from evotrainer.tasks.arithmetic import Level, make_splits
+def task():
+    """The embedded default task on the Task contract (its verify is the truth every test scores with)."""
+    from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
-    levels = [Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)]
-    return make_splits(levels, {"train": 3000, "val": 200, "test": 200, "probe": 32}, "+-", seed=7)
+    return ArithmeticTask(levels=[Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)])
 
 
 @pytest.fixture(scope="session")
-def tiny_policy(tmp_path_factory, splits):
+def splits(task):
+    return task.splits({"train": 3000, "val": 200, "test": 200, "probe": 32}, seed=7)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory, splits, task):
     """A tiny policy after 300 SFT steps (~6 s): answers in the right format, often wrong."""
     import torch
 
@@ -30,8 +35,12 @@ def tiny_policy(tmp_path_factory, splits):
     torch.set_num_threads(2)
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=0)
-    warm_start(model, tokenizer, splits["train"], splits["val"].iloc[:50], max_steps=300, batch_size=64, lr=1e-3,
-               target_val_accuracy=1.1, eval_every=1000, seed=0, max_len=8, show_progress=False)
+    from evotrainer.backends.local.scoring import greedy_accuracy
+
+    val = splits["val"].iloc[:50]
+    warm_start(model, tokenizer, splits["train"], val, max_steps=300, batch_size=64, lr=1e-3,
+               target_val_accuracy=1.1, eval_every=1000, seed=0, max_len=8, show_progress=False,
+               evaluate=lambda: greedy_accuracy(model, tokenizer, val, 8, task=task))
     path = tmp_path_factory.mktemp("policy") / "policy"
     save_policy(model, tokenizer, path)
     return path

@@ -7,6 +7,11 @@ step of a script: a model turn (text and/or tool calls), an HTTP error with the 
 timeout). A step may be a function of the request body, so a scripted model can react to what the
 agent sent. Every request is recorded (path, headers, body) for the test to inspect.
 
+A broken or hostile service is scripted too: ``Raw`` sends any bytes as the body (not JSON, not
+UTF-8, gzip), ``Drip`` sends the headers and then the body one byte every few seconds, ``Silent``
+reads the request and never answers, and a Turn can carry made-up ``usage`` or a ``transform`` of
+the whole reply (``{}``, the wrong shape).
+
 Usage is reported the way the real services report it, from the size of what was sent (about 4
 characters per token). Anthropic: the prefix up to the last ``cache_control`` breakpoint is written to
 the cache (cache_creation_input_tokens) unless already there, and the longest prefix written by an
@@ -28,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 CHARS_PER_TOKEN = 4.0
+KEEP = object()  # Turn.usage: report the usage the real service would
 
 
 @dataclass
@@ -38,6 +44,8 @@ class Turn:
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
     raw_arguments: str | None = None  # OpenAI only: send this exact string as the first call's arguments
     delay_s: float = 0.0
+    usage: Any = field(default_factory=lambda: KEEP)  # replaces the reply's usage (None: no usage at all)
+    transform: Callable[[dict], Any] | None = None  # the whole reply, rewritten (e.g. lambda r: {})
 
 
 @dataclass
@@ -48,7 +56,31 @@ class HttpError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Step = Turn | HttpError | Callable[[dict], "Turn | HttpError"]
+@dataclass
+class Raw:
+    """Any bytes as the body, with any status and headers."""
+
+    body: bytes
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+
+
+@dataclass
+class Drip:
+    """Headers at once (with the full content-length), then the body one byte every ``every_s``."""
+
+    turn: Turn
+    every_s: float = 1.0
+
+
+@dataclass
+class Silent:
+    """Read the request and answer nothing for ``seconds`` (then close)."""
+
+    seconds: float = 30.0
+
+
+Step = Turn | HttpError | Raw | Drip | Silent | Callable[[dict], "Turn | HttpError | Raw | Drip | Silent"]
 
 
 def tool(name: str, **arguments) -> Turn:
@@ -70,6 +102,7 @@ class ScriptedLLM:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._closing = threading.Event()  # ends Silent and Drip steps when the test is over
 
     @property
     def url(self) -> str:
@@ -81,6 +114,7 @@ class ScriptedLLM:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -88,7 +122,7 @@ class ScriptedLLM:
     def remaining(self) -> int:
         return len(self.script)
 
-    def _next_step(self, body: dict) -> Turn | HttpError:
+    def _next_step(self, body: dict) -> Turn | HttpError | Raw | Drip | Silent:
         with self._lock:
             step = self.script.pop(0) if self.script else self.fallback
         if step is None:
@@ -106,11 +140,15 @@ class ScriptedLLM:
                 length = int(self.headers.get("content-length", 0))
                 raw = self.rfile.read(length)
                 body = json.loads(raw.decode("utf-8"))
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+                    self._answer(raw, body)
+
+            def _answer(self, raw: bytes, body: dict) -> None:
                 kind = "anthropic" if self.path.rstrip("/").endswith("/messages") else (
                     "openai" if self.path.rstrip("/").endswith("/chat/completions") else None)
                 with server._lock:
                     server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                            "kind": kind, "raw_chars": len(raw)})
+                                            "kind": kind, "raw_chars": len(raw), "raw": raw})
                 if kind is None:
                     return self._send(404, {"error": {"type": "not_found_error", "message": self.path}})
                 step = server._next_step(body)
@@ -119,23 +157,53 @@ class ScriptedLLM:
                                if kind == "anthropic" else
                                {"error": {"type": step.error_type, "message": step.message, "code": None}})
                     return self._send(step.status, payload, step.headers)
-                if step.delay_s:
-                    time.sleep(step.delay_s)
-                reply = server._anthropic(body, step) if kind == "anthropic" else server._openai(body, step)
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-                    self._send(200, reply)
+                if isinstance(step, Raw):
+                    return self._send_bytes(step.status, step.body, step.headers)
+                if isinstance(step, Silent):
+                    server._closing.wait(step.seconds)
+                    return None
+                turn = step.turn if isinstance(step, Drip) else step
+                if turn.delay_s:
+                    time.sleep(turn.delay_s)
+                reply = server._reply(kind, body, turn)
+                if isinstance(step, Drip):
+                    return self._drip(json.dumps(reply).encode("utf-8"), step.every_s)
+                self._send(200, reply)
 
-            def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
-                data = json.dumps(payload).encode("utf-8")
+            def _send(self, status: int, payload: Any, headers: dict | None = None) -> None:
+                self._send_bytes(status, json.dumps(payload).encode("utf-8"),
+                                 {"content-type": "application/json", **(headers or {})})
+
+            def _send_bytes(self, status: int, data: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
-                for key, value in (headers or {}).items():
+                for key, value in headers.items():
                     self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _drip(self, data: bytes, every_s: float) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.flush()
+                for index in range(len(data)):
+                    if server._closing.wait(every_s):
+                        return
+                    self.wfile.write(data[index:index + 1])
+                    self.wfile.flush()
+
         return Handler
+
+    def _reply(self, kind: str, body: dict, turn: Turn) -> Any:
+        reply = self._anthropic(body, turn) if kind == "anthropic" else self._openai(body, turn)
+        if turn.usage is not KEEP:
+            if turn.usage is None:
+                reply.pop("usage")
+            else:
+                reply["usage"] = turn.usage
+        return turn.transform(reply) if turn.transform else reply
 
     # -- usage: what the real services would report for this request ----------------------------------
 

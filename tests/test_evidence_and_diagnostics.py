@@ -8,16 +8,19 @@ from evotrainer.contracts import evidence
 from evotrainer.contracts import lineage
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import load_policy
-from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+from evotrainer.backends.local.scoring import InProcessReward, evidence_rows, sample_and_score
 from evotrainer.stages.diagnose import check_findings, render_markdown
 
 
 def rollouts(policy, prompts, **recipe_changes):
+    from evotrainer.tasks.arithmetic import ArithmeticTask
+
     model, tok = load_policy(policy)
     recipe = load_recipe(DEFAULT_HARNESS) | recipe_changes
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     repeated, batch = sample_and_score(model, tok, prompts, group_size=recipe["group_size"], recipe=recipe,
-                                       reward_fn=reward, generator=torch.Generator().manual_seed(0))
+                                       reward=reward, task=ArithmeticTask(),
+                                       generator=torch.Generator().manual_seed(0))
     return evidence_rows(repeated, batch, group_size=recipe["group_size"], run="t", generation=0, split="probe",
                          step=0, policy_id="p", harness_id="h", seed=0)
 
@@ -120,8 +123,7 @@ def test_bad_findings_are_rejected_with_a_reason():
         check_findings({"name": "x"}, "diagnostics.py")
 
 
-def test_lineage_upsert_replaces_a_generation_instead_of_duplicating(tmp_path):
-    path = tmp_path / "lineage.parquet"
+def test_lineage_generation_files_merge_into_the_run_lineage(tmp_path):
 
     def rows(gen, verdicts):
         return pd.DataFrame([{
@@ -131,12 +133,15 @@ def test_lineage_upsert_replaces_a_generation_instead_of_duplicating(tmp_path):
             "dead_group_ratio_final": 0.1, "samples_generated": 1, "train_wall_s": 1.0, "verdict": v,
             "failure_label": None, "error": None, "recorded_at": 0.0} for i, v in enumerate(verdicts)])
 
-    lineage.upsert_generation(path, rows(0, ["kept", "rejected"]))
-    lineage.upsert_generation(path, rows(1, ["promoted"]))
-    table = lineage.upsert_generation(path, rows(0, ["kept", "rejected"]))
-    assert len(table) == 3 and len(lineage.read(path)) == 3
+    lineage.write_generation(tmp_path / "gen0.parquet", rows(0, ["kept", "rejected"]))
+    lineage.write_generation(tmp_path / "gen1.parquet", rows(1, ["promoted"]))
+    lineage.write_generation(tmp_path / "gen0.parquet", rows(0, ["kept", "rejected"]))  # a rerun replaces its file
+    lineage.merge([str(tmp_path / "gen0.parquet"), str(tmp_path / "gen1.parquet")], str(tmp_path / "lineage.parquet"))
+    table = lineage.read(tmp_path / "lineage.parquet")
+    assert len(table) == 3 and table["generation"].tolist() == [0, 0, 1]
+    assert len(lineage.read([tmp_path / "gen0.parquet", tmp_path / "missing.parquet"])) == 2
     with pytest.raises(ValueError, match="unknown verdict"):
-        lineage.upsert_generation(path, rows(2, ["won"]))
+        lineage.write_generation(tmp_path / "gen2.parquet", rows(2, ["won"]))
 
 
 def test_score_and_signal_layers_match_their_definitions(probe_evidence):

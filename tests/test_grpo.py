@@ -5,6 +5,7 @@ import torch
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy
 from evotrainer.backends.local.grpo import TRAIN_LOG_COLUMNS, group_advantages, train
+from evotrainer.backends.local.scoring import InProcessReward
 
 
 def test_group_advantages_normalise_within_groups():
@@ -21,7 +22,7 @@ def _recipe(**changes):
     return load_recipe(DEFAULT_HARNESS) | changes
 
 
-def test_grpo_learns_a_simple_reward_from_scratch(splits):
+def test_grpo_learns_a_simple_reward_from_scratch(splits, task):
     """Reward 1 when the response starts with '1': rare at init, GRPO must make it common."""
     torch.manual_seed(0)
     tok = build_tokenizer()
@@ -30,69 +31,69 @@ def test_grpo_learns_a_simple_reward_from_scratch(splits):
     def starts_with_one(data_source, solution_str, ground_truth, extra_info=None):
         return 1.0 if solution_str.startswith("1") else 0.0
 
-    log = train(model, tok, _recipe(lr=3e-3, max_response_len=3), splits["train"], starts_with_one,
-                steps=40, seed=0, show_progress=False)
+    log = train(model, tok, _recipe(lr=3e-3, max_response_len=3), splits["train"], InProcessReward(starts_with_one),
+                task=task, steps=40, seed=0, show_progress=False)
     assert list(log.columns) == TRAIN_LOG_COLUMNS
     assert log["reward_mean"].iloc[:5].mean() < 0.2
     assert log["reward_mean"].iloc[-5:].mean() > 0.6
 
 
-def test_single_pass_is_exactly_on_policy(tiny_policy, splits):
+def test_single_pass_is_exactly_on_policy(tiny_policy, splits, task):
     model, tok = load_policy(tiny_policy)
     from evotrainer.contracts.harness import load_module
 
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
-    log = train(model, tok, _recipe(), splits["train"], reward, steps=3, seed=0, show_progress=False)
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
+    log = train(model, tok, _recipe(), splits["train"], reward, task=task, steps=3, seed=0, show_progress=False)
     assert (log["clip_frac"] == 0).all()
     assert (log["kl"] >= 0).all() and log["kl"].iloc[0] < 1e-6  # the first step starts at the reference
-    log2 = train(model, tok, _recipe(ppo_epochs=3, lr=5e-3), splits["train"], reward, steps=3, seed=0, show_progress=False)
+    log2 = train(model, tok, _recipe(ppo_epochs=3, lr=5e-3), splits["train"], reward, task=task, steps=3, seed=0, show_progress=False)
     assert log2["clip_frac"].max() > 0  # later passes are off-policy, so clipping binds
 
 
-def test_dynamic_sampling_trains_only_on_live_groups(tiny_policy, splits):
+def test_dynamic_sampling_trains_only_on_live_groups(tiny_policy, splits, task):
     model, tok = load_policy(tiny_policy)
     from evotrainer.contracts.harness import load_module
 
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     recipe = _recipe(dynamic_sampling=True, dynamic_sampling_max_batches=4, prompts_per_step=8)
-    log = train(model, tok, recipe, splits["train"], reward, steps=4, seed=0, show_progress=False)
+    log = train(model, tok, recipe, splits["train"], reward, task=task, steps=4, seed=0, show_progress=False)
     assert (log["kept_groups"] <= 8).all()
     assert (log["sampled_groups"] >= log["kept_groups"]).all()
     # when groups die, more rounds are sampled to refill the batch
     assert (log["sampled_groups"] > 8).any()
 
 
-def test_training_is_reproducible_with_a_fixed_seed(tiny_policy, splits):
+def test_training_is_reproducible_with_a_fixed_seed(tiny_policy, splits, task):
     from evotrainer.contracts.harness import load_module
 
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     logs = []
     for _ in range(2):
         model, tok = load_policy(tiny_policy)
-        logs.append(train(model, tok, _recipe(), splits["train"], reward, steps=3, seed=5, show_progress=False))
+        logs.append(train(model, tok, _recipe(), splits["train"], reward, task=task, steps=3, seed=5, show_progress=False))
     cols = ["reward_mean", "loss", "entropy"]
     assert np.allclose(logs[0][cols].to_numpy(), logs[1][cols].to_numpy())
 
 
-def test_groups_stay_aligned_when_a_prompt_is_drawn_twice(tiny_policy, splits):
+def test_groups_stay_aligned_when_a_prompt_is_drawn_twice(tiny_policy, splits, task):
     from evotrainer.contracts.harness import load_module
     from evotrainer.backends.local.scoring import sample_and_score
 
     model, tok = load_policy(tiny_policy)
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     prompts = splits["train"].iloc[[3, 3, 5]]  # duplicate index labels
-    repeated, batch = sample_and_score(model, tok, prompts, group_size=4, recipe=_recipe(), reward_fn=reward)
+    repeated, batch = sample_and_score(model, tok, prompts, group_size=4, recipe=_recipe(), reward=reward, task=task)
     assert len(repeated) == 12 and len(batch.rewards) == 12
     assert repeated["prompt"].tolist() == [prompts["prompt"].iloc[i] for i in (0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2)]
 
 
-def test_every_step_samples_exactly_the_configured_batch(tiny_policy, splits):
+def test_every_step_samples_exactly_the_configured_batch(tiny_policy, splits, task):
     from evotrainer.contracts.harness import load_module
 
     model, tok = load_policy(tiny_policy)
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     small_pool = splits["train"].iloc[:40]  # forces repeats across steps
-    log = train(model, tok, _recipe(prompts_per_step=32), small_pool, reward, steps=4, seed=0, show_progress=False)
+    log = train(model, tok, _recipe(prompts_per_step=32), small_pool, reward, task=task, steps=4, seed=0, show_progress=False)
     assert (log["samples_generated"] == 32 * 8).all() and (log["sampled_groups"] == 32).all()
 
 
@@ -107,14 +108,14 @@ def test_overlong_penalty_is_linear_over_the_buffer():
     {"kl_coef": 0.5}, {"entropy_coef": 0.05}, {"loss_agg": "seq-mean-token-mean"}, {"loss_agg": "seq-mean-token-sum"},
     {"top_p": 0.5}, {"overlong_buffer": 6}, {"norm_adv_by_std": False},
 ], ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
-def test_each_recipe_knob_changes_the_update(tiny_policy, splits, changes):
+def test_each_recipe_knob_changes_the_update(tiny_policy, splits, changes, task):
     from evotrainer.contracts.harness import load_module
 
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     logs = []
     for recipe in (_recipe(lr=1e-2), _recipe(lr=1e-2, **changes)):
         model, tok = load_policy(tiny_policy)
-        logs.append(train(model, tok, recipe, splits["train"], reward, steps=3, seed=1, show_progress=False))
+        logs.append(train(model, tok, recipe, splits["train"], reward, task=task, steps=3, seed=1, show_progress=False))
     assert np.isfinite(logs[1]["loss"]).all()
     # same seed, same data: any difference comes from the knob
     assert not np.allclose(logs[0][["loss", "reward_mean"]].to_numpy(), logs[1][["loss", "reward_mean"]].to_numpy())

@@ -69,7 +69,8 @@ def generation(tmp_path_factory, splits):
 def agent_cfg(name: str, url: str, *overrides: str):
     base = ["agent=claude", f"agent.base_url={url}"] if name == "claude" else [
         "agent=openai", f"agent.base_url={url}/v1", "agent.model=scripted-model", "agent.api_key_env=TEST_OPENAI_KEY"]
-    return compose([*base, "agent.timeout_s=5", "agent.max_retries=2", "agent.max_candidates=2", *overrides]).agent
+    return compose([*base, "agent.timeout_s=5", "agent.max_retries=2", "agent.max_candidates=2", "agent.fallback=none",
+                    *overrides]).agent
 
 
 def context_for(run: Path, feedback: str | None = None):
@@ -398,7 +399,7 @@ def test_tool_specs_are_valid_for_both_apis():
 
 # -- the propose stage and the workflow ------------------------------------------------------------------
 
-def test_a_500_storm_fails_one_candidate_and_the_generation_goes_on(generation, tmp_path):
+def test_a_500_storm_fails_one_candidate_and_the_heuristic_fills_the_free_slots(generation, tmp_path):
     from evotrainer.agents import calls
     from evotrainer.atomic import read_json
     from evotrainer.stages import propose
@@ -414,14 +415,23 @@ def test_a_500_storm_fails_one_candidate_and_the_generation_goes_on(generation, 
         propose.run(str(conf), str(gen / "diagnosis.json"), str(gen / "harness"), str(run / "lineage.parquet"),
                     str(gen / "candidates"), 0)
     assert len(server.requests) == 3
-    assert sorted(p.name for p in (gen / "candidates").iterdir() if p.is_dir()) == ["c1", "control"]
+    folders = sorted(p.name for p in (gen / "candidates").iterdir() if p.is_dir())
+    assert folders[0] == "c1" and folders[-1] == "control" and len(folders) >= 3
     failed = read_json(gen / "candidates" / "c1" / "proposal.json")
     assert failed["validation"]["failure_label"] == "agent_api_error" and failed["agent"] == "claude"
     assert "InternalServerError after 3 attempt(s)" in failed["validation"]["error"]
     assert read_json(gen / "candidates" / "control" / "proposal.json")["validation"]["ok"]
+    # agent.fallback: heuristic (the default): the offline agent fills the free slots, and says so
+    for cid in folders[1:-1]:
+        stand_in = read_json(gen / "candidates" / cid / "proposal.json")
+        assert stand_in["fallback"] is True and stand_in["proposed_by"] == "heuristic-fallback"
+        assert stand_in["hypothesis"].startswith("[heuristic fallback: the endpoint failed (api_error)]")
+        assert stand_in["validation"]["ok"]
     table = pd.read_parquet(gen / "candidates" / calls.FILE_NAME)
     assert list(table["outcome"]) == ["server_error"] and list(table["attempts"]) == [3]
-    assert "stopped: api_error" in (gen / "candidates" / "narrative.md").read_text()
+    assert list(table["label"]) == ["agent_api_error"]
+    narrative = (gen / "candidates" / "narrative.md").read_text()
+    assert "stopped: api_error" in narrative and "Heuristic fallback" in narrative
 
 
 @pytest.mark.e2e

@@ -14,6 +14,7 @@ import torch
 
 from evotrainer.contracts import evidence
 from evotrainer.backends import vllm_rollout
+from evotrainer.backends.local.scoring import InProcessReward
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -71,16 +72,16 @@ def test_prompt_token_ids_match_the_local_sampler(splits):
         row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
 
 
-def test_vllm_outputs_become_the_same_evidence_as_local_sampling(splits):
+def test_vllm_outputs_become_the_same_evidence_as_local_sampling(splits, task):
     from evotrainer.policy.tiny import build_model, build_tokenizer
     from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
 
     tok = build_tokenizer()
     model = build_model(tok, seed=0).eval()
     recipe = _recipe(group_size=4, max_response_len=6, overlong_buffer=2, overlong_penalty=0.5)
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     prompts = splits["train"].iloc[:8]
-    repeated, batch = sample_and_score(model, tok, prompts, group_size=4, recipe=recipe, reward_fn=reward,
+    repeated, batch = sample_and_score(model, tok, prompts, group_size=4, recipe=recipe, reward=reward, task=task,
                                        generator=torch.Generator().manual_seed(0))
     local = evidence_rows(repeated, batch, group_size=4, run="r", generation=2, split="probe", step=0, policy_id="p",
                           harness_id="h", seed=5)
@@ -96,20 +97,21 @@ def test_vllm_outputs_become_the_same_evidence_as_local_sampling(splits):
                 cumulative_logprob=float(s.logprobs[row][mask].sum()),
                 finish_reason="stop" if bool(s.finished[row]) else "length"))
         requests.append(RequestOutput(request_id=str(p), prompt_token_ids=[], outputs=completions[::-1]))  # any order
-    frame = vllm_rollout.evidence_rows(requests, prompts, recipe=recipe, reward_fn=reward, run="r", generation=2,
+    frame = vllm_rollout.evidence_rows(requests, prompts, recipe=recipe, reward=reward, task=task, run="r", generation=2,
                                        split="probe", step=0, policy_id="p", harness_id="h", seed=5)
     evidence.validate(frame)
     for column in ("prompt_id", "group_id", "sample_idx", "response", "correct", "response_tokens", "truncated",
-                   "finish_reason", "format_ok", "difficulty", "rc_correct", "rc_format_ok"):
+                   "finish_reason", "format_ok", "difficulty", "failure_category", "task_fields", "rc_correct",
+                   "rc_format_ok"):
         assert frame[column].tolist() == local[column].tolist(), column
     assert np.allclose(frame["reward"], local["reward"])
     assert np.allclose(frame["mean_logprob"], local["mean_logprob"], atol=1e-5)
     assert "entropy" not in frame.columns  # vLLM reports none
 
 
-def test_aborted_vllm_request_fails_with_the_prompt_named(splits):
+def test_aborted_vllm_request_fails_with_the_prompt_named(splits, task):
     prompts = splits["val"].iloc[:1]
     aborted = [RequestOutput("0", [], [CompletionOutput(0, "1", [5], -0.1, "abort")])]
     with pytest.raises(ValueError, match=f"prompt {prompts['prompt_id'].iloc[0]}: vLLM finished a sample with 'abort'"):
-        vllm_rollout.evidence_rows(aborted, prompts, recipe=_recipe(), reward_fn=load_module(DEFAULT_HARNESS, "reward").compute_score,
-                                   run="r", generation=0, split="probe", step=0, policy_id="p", harness_id="h", seed=0)
+        vllm_rollout.evidence_rows(aborted, prompts, recipe=_recipe(), task=task,
+                                   reward=InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score), run="r", generation=0, split="probe", step=0, policy_id="p", harness_id="h", seed=0)

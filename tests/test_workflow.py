@@ -75,7 +75,13 @@ def test_dry_run_shows_the_plan(tmp_path, planted):
     plan = result.stdout + result.stderr
     for rule in ("rule data:", "rule init:", "rule rollout:", "rule diagnose:", "checkpoint propose:", "rule baseline:"):
         assert rule in plan
-    assert not (tmp_path / "results" / "default" / "data").exists()
+    assert not (tmp_path / "results").exists()  # parsing and planning write nothing, not even the configs
+
+
+def test_lint_reports_nothing(tmp_path, planted):
+    result = subprocess.run(snakemake_cmd(tmp_path, planted, "--lint"), capture_output=True, text=True, timeout=300)
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr, result.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_hundred_generation_plan_builds(tmp_path, planted):
@@ -143,14 +149,13 @@ def test_noise_aware_selection_promotes_only_with_an_interval_above_min_gain(fin
 
 def test_greedy_selection_on_the_same_backtests(finished_run, tmp_path):
     from evotrainer.config import compose, to_yaml
-    from evotrainer.contracts.harness import harness_id
     from evotrainer.stages import select
 
     conf = tmp_path / "config.yaml"
     conf.write_text(to_yaml(compose(["experiment=quick", "search.min_gain=-1.0"])))  # any valid candidate beats control
     gen = finished_run / "gen0"
-    select.run(str(conf), str(gen / "candidates"), str(gen / "backtest"), harness_id(gen / "harness"),
-               str(tmp_path / "lineage.parquet"), str(tmp_path / "selection.json"), 0)
+    select.run(str(conf), str(gen / "candidates"), str(gen / "backtest"), str(gen / "harness"),
+               str(tmp_path / "selection.json"), str(tmp_path / "lineage.parquet"), 0)
     chosen = json.loads((tmp_path / "selection.json").read_text())
     ok = {c["candidate_id"]: c["val_accuracy"] for c in chosen["candidates"]
           if c["verdict"] != "failed" and c["candidate_id"] != "control"}

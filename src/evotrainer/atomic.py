@@ -1,5 +1,6 @@
 """Atomic writes: every artifact is written to a temporary sibling and renamed into place, so a
-killed job never leaves a file (or directory) that Snakemake would take as finished."""
+killed job never leaves a file (or directory) that Snakemake would take as finished. Every text,
+JSON and parquet string written here passes through evotrainer.secrets.redact first."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from evotrainer import secrets
 
 
 @contextlib.contextmanager
@@ -73,7 +76,7 @@ def _normalise_modes(root: Path) -> None:
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(secrets.redact(text), encoding="utf-8")
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -88,7 +91,41 @@ def write_parquet(path: str | os.PathLike, table: pd.DataFrame | pa.Table, schem
     if isinstance(table, pd.DataFrame):
         table = pa.Table.from_pandas(table, schema=schema, preserve_index=False)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(_redacted(table), tmp)
+
+
+def _redacted(table: pa.Table) -> pa.Table:
+    """The table with every known secret replaced in its string values, column names and metadata
+    (a no-op, and free, when no secret is set)."""
+    values = secrets.secret_values()
+    if not values:
+        return table
+    import pyarrow.compute as pc
+
+    columns = []
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            for value in values:
+                column = pc.replace_substring(column, value, secrets.REDACTED)
+        elif _holds_strings(column.type) and any(secrets.contains_secret(str(v)) for v in column.to_pylist()):
+            column = pa.array(secrets.redact_obj(column.to_pylist()), type=column.type)
+        columns.append(column)
+    schema = table.schema
+    metadata = {k: (secrets.redact(v.decode("utf-8")).encode() if secrets.contains_secret(v.decode("utf-8", "replace"))
+                    else v) for k, v in (schema.metadata or {}).items()}
+    names = [secrets.redact(name) for name in table.column_names]
+    fields = [pa.field(n, c.type, f.nullable, f.metadata) for n, c, f in zip(names, columns, schema, strict=True)]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=metadata or None))
+
+
+def _holds_strings(kind: pa.DataType) -> bool:
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_dictionary(kind):
+        return _holds_strings(kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_holds_strings(kind.field(i).type) for i in range(kind.num_fields))
+    return False
 
 
 def copy_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:

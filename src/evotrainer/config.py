@@ -30,11 +30,46 @@ class LevelConf:
 
 @dataclass
 class TaskConf:
+    """The task (evotrainer.tasks; conf/task/*.yaml). Each task takes the fields it names in its
+    ``config_keys``, plus ``options`` whole (options of a third-party task)."""
+
     name: str = "arithmetic"
-    ops: str = "+-"
-    levels: list[LevelConf] = field(default_factory=list)
-    sizes: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # rows per split (math: at most this many)
     seed: int = 1234
+    ops: str = "+-"  # arithmetic
+    levels: list[LevelConf] = field(default_factory=list)  # arithmetic
+    data_dir: str | None = None  # math: folder with train/val/test(.probe).parquet in verl's format
+    datasets: list[str] = field(default_factory=list)  # reasoning_gym: dataset names
+    weights: list[float] = field(default_factory=list)  # reasoning_gym: one per dataset; empty = equal
+    dataset_options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: {name: {key: value}}
+    options: dict[str, Any] = field(default_factory=dict)  # passed to the task as keyword options
+
+
+def check_task(task: Any) -> None:
+    """Task options checked before any job runs (the task checks the rest when it is made)."""
+    from evotrainer.tasks import names
+
+    if task.name not in names():
+        raise ConfigError(f"config: 'task.name' = {task.name!r} is not allowed; choose one of {names()}")
+    for split in ("train", "val", "test", "probe"):
+        if task.sizes.get(split, 0) <= 0:
+            raise ConfigError(f"config: 'task.sizes.{split}' must be a positive count")
+    if task.name == "arithmetic" and not task.levels:
+        raise ConfigError("config: 'task.levels' is empty; give at least one {operands, max_value, weight}")
+    if task.name == "arithmetic" and (not task.ops or set(task.ops) - set("+-")):
+        raise ConfigError(f"config: 'task.ops' = {task.ops!r}; allowed: a non-empty string of '+' and '-'")
+    if task.name == "math" and not task.data_dir:
+        raise ConfigError("config: 'task.data_dir' is required when task.name=math (a folder with train.parquet, "
+                          "val.parquet, test.parquet in verl's format)")
+    if task.name == "reasoning_gym":
+        if not task.datasets:
+            raise ConfigError("config: 'task.datasets' is empty; name reasoning-gym datasets, e.g. [chain_sum, gcd]")
+        if task.weights and (len(task.weights) != len(task.datasets) or min(task.weights) <= 0):
+            raise ConfigError(f"config: 'task.weights' = {list(task.weights)}: give one positive weight per dataset "
+                              f"of task.datasets {list(task.datasets)}, or none (equal weights)")
+        extra = sorted(set(task.dataset_options) - set(task.datasets))
+        if extra:
+            raise ConfigError(f"config: 'task.dataset_options' names {extra}; allowed: task.datasets {list(task.datasets)}")
 
 
 @dataclass
@@ -118,12 +153,20 @@ class AgentConf:
     api_key_env: str | None = None  # the key is read from this environment variable, never from config
     max_tokens: int = 8192  # per reply
     temperature: float | None = None  # null = the endpoint's default (some models reject other values)
-    timeout_s: float = 120.0
-    max_retries: int = 4  # the SDK's own retries with backoff on 408/409/429/5xx/529/timeouts
+    timeout_s: float = 120.0  # per socket read (a silent server), never past the call's deadline
+    max_retries: int = 4  # retries with backoff on 408/409/429/5xx/529, timeouts and unusable replies
+    call_timeout_s: float = 300.0  # deadline of one call, retries and waits included
+    step_timeout_s: float = 1800.0  # deadline of the whole conversation of one propose step
+    max_retry_wait_s: float = 30.0  # the longest retry-after honoured (the deadline bounds it too)
     max_invalid_replies: int = 3  # invalid replies for one candidate before it is recorded as failed
     max_turns: int = 24  # model replies per generation
     tool_output_chars: int = 6000
     max_diff_bytes: int = 16000
+    max_reply_chars: int = 20000  # text kept of one reply (stored and sent back)
+    max_tool_args_chars: int = 40000  # a tool call with larger arguments is refused (and not sent back)
+    max_conversation_chars: int = 600000  # the conversation stops before a request would be larger
+    max_response_bytes: int = 8000000  # a larger HTTP body is an unusable reply
+    fallback: str = "heuristic"  # heuristic | none: who fills the slots when the endpoint or budget fails
     budget: AgentBudgetConf = field(default_factory=AgentBudgetConf)
     prices: AgentPricesConf = field(default_factory=AgentPricesConf)
 
@@ -156,6 +199,7 @@ class SearchConf:
     confidence: float = 0.95
     headline_seeds: int = 5
     gates: bool = True
+    train_hang_s: float = 900.0  # a backtest's training with no step finished for this long fails as train_timeout
     diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())
 
 
@@ -179,6 +223,15 @@ class HumanGatesConf:
 
 
 @dataclass
+class SandboxConf:
+    """Where untrusted code runs (README "Replay before training, and the sandbox", docs/sandbox.md)."""
+
+    isolation: str = "auto"  # auto: os where supported, else process with a warning; os: error if unsupported
+    reward_timeout_s: float = 60.0  # per-batch deadline of the sandboxed reward worker during training
+    reward_memory_mb: int = 4096  # address-space limit of the reward worker
+
+
+@dataclass
 class Config:
     run: str = "default"
     results_dir: str = "results"
@@ -192,11 +245,11 @@ class Config:
     search: SearchConf = field(default_factory=SearchConf)
     skills: SkillsConf = field(default_factory=SkillsConf)
     gates: HumanGatesConf = field(default_factory=HumanGatesConf)
+    sandbox: SandboxConf = field(default_factory=SandboxConf)
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "task.name": ("arithmetic",),
-    "policy.name": ("tiny", "hf"),
+    "policy.name": ("tiny", "hf", "qwen2_tiny"),
     "trainer.name": ("local", "verl"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.precision": ("auto", "fp32", "bf16"),
@@ -206,6 +259,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "agent.name": ("heuristic", "claude", "openai"),
     "search.mode": ("single",),
     "search.selection": ("greedy", "bootstrap"),
+    "sandbox.isolation": ("auto", "os", "process"),
 }
 RANGES: dict[str, tuple[float, float]] = {
     "search.generations": (1, 1000),
@@ -229,6 +283,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "trainer.verl.clip_ratio_c": (1.0001, 1000.0),
     "trainer.verl.timeout_s": (1.0, 30 * 86_400.0),
     "search.seeds": (1, 64),
+    "search.train_hang_s": (1.0, 30 * 86_400.0),
     "skills.fail_margin": (0.0, 1.0),
     "skills.min_similarity": (0.0, 1.0),
     "gates.after_failed_generations": (0, 1000),
@@ -237,6 +292,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "search.diagnostics.min_bad_recall": (0.0, 1.0),
     "search.diagnostics.max_good_flag_rate": (0.0, 1.0),
     "search.diagnostics.timeout_s": (1.0, 3600.0),
+    "sandbox.reward_timeout_s": (0.1, 86_400.0),
+    "sandbox.reward_memory_mb": (64, 1_048_576),
     "policy.sft.target_val_accuracy": (0.0, 1.1),
     "policy.sft.max_steps": (0, 1_000_000),
 }
@@ -289,11 +346,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         value = OmegaConf.select(merged, key)
         if not low <= value <= high:
             raise ConfigError(f"config: '{key}' = {value} is outside [{low}, {high}]")
-    if not merged.task.levels:
-        raise ConfigError("config: 'task.levels' is empty; give at least one {operands, max_value, weight}")
-    for split in ("train", "val", "test", "probe"):
-        if merged.task.sizes.get(split, 0) <= 0:
-            raise ConfigError(f"config: 'task.sizes.{split}' must be a positive count")
+    check_task(merged.task)  # task.name against the installed tasks, and each task's own keys
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
     if merged.agent.name in ("claude", "openai") and not merged.agent.model:
@@ -304,6 +357,16 @@ def validate(cfg: DictConfig) -> DictConfig:
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def write_run_configs(results_dir: str, configs: dict[str, DictConfig]) -> None:
+    """results/<run>/config.yaml for each run, rewritten only when its text changed."""
+    from evotrainer.atomic import write_text
+
+    for name, cfg in configs.items():
+        path, text = Path(results_dir) / name / "config.yaml", to_yaml(cfg)
+        if not path.exists() or path.read_text() != text:
+            write_text(path, text)
 
 
 def load(path: str | Path) -> DictConfig:

@@ -10,6 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded at ru
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
+SEED_STRIDE = 7919  # offset between the training seeds of one backtest (search.seeds > 1)
+
+
+def seed_for(base_seed: int, generation: int, seed_index: int = 0) -> int:
+    """The one seed formula: every candidate of a generation trains and samples under the same seeds (a
+    paired comparison); the baseline's restart chunk c gets the seed generation c would get."""
+    return base_seed * 1000 + generation + SEED_STRIDE * seed_index
+
+
 def setup_torch(threads: int, device: str = "auto") -> str:
     import torch
     from transformers.utils import logging as hf_logging
@@ -46,9 +55,17 @@ def autocast(device, precision: str = "auto"):
 
 
 def policy_id(policy_dir: str | Path) -> str:
+    """A cheap id of a saved policy: its config files' bytes and each weight file's name, size and
+    modification time (nanoseconds), never the weights themselves (gigabytes for a real model). Saving
+    rewrites the weights, so a trained policy gets a new id; copies made with copy_tree keep it."""
     digest = hashlib.sha256()
-    for path in sorted(Path(policy_dir).glob("*.safetensors")):
-        digest.update(path.read_bytes())
+    root = Path(policy_dir)
+    for name in ("config.json", "generation_config.json"):
+        if (root / name).is_file():
+            digest.update(name.encode() + b"\0" + (root / name).read_bytes())
+    for path in sorted(root.glob("*.safetensors")) + sorted(root.glob("*.bin")):
+        stat = path.stat()
+        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()[:12]
 
 

@@ -7,10 +7,13 @@ rule replay:
         rollouts=f"{R}/gen{{g}}/rollouts.parquet",
         pool=f"{R}/data/train.parquet",
         gate=human_gate("propose"),
+        lineage=earlier_lineage_parts,
     output:
         f"{R}/gen{{g}}/replay/{{cid}}.json",
     params:
+        evo=EVO,
         conf=run_config,
+        lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
     benchmark:
         f"{R}/benchmarks/gen{{g}}/replay_{{cid}}.tsv"
     log:
@@ -18,9 +21,9 @@ rule replay:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} replay --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
+        "{params.evo} replay --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --pool {input.pool} --out {output}"
-        " --generation {wildcards.g} > {log} 2>&1"
+        " --generation {wildcards.g} {params.lineage} > {log} 2>&1"
 
 
 # One short training run per candidate from the generation's policy. metrics.json is written last;
@@ -37,10 +40,12 @@ rule backtest:
     output:
         metrics=f"{R}/gen{{g}}/backtest/{{cid}}/metrics.json",
     params:
+        evo=EVO,
         conf=run_config,
         data=lambda wc: f"{run_dir(wc)}/data",
         out=lambda wc: f"{run_dir(wc)}/gen{wc.g}/backtest/{wc.cid}",
         seeds=CFG.search.seeds,
+        steps=STEPS,
     threads: TRAIN_THREADS
     benchmark:
         f"{R}/benchmarks/gen{{g}}/backtest_{{cid}}.tsv"
@@ -49,9 +54,9 @@ rule backtest:
     conda:
         ENVS["train-gpu"]
     shell:
-        "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --data-dir {params.data} --evidence {input.rollouts}"
-        " --out-dir {params.out} --generation {wildcards.g} --steps {STEPS} --seeds {params.seeds} --replay {input.replay}"
+        " --out-dir {params.out} --generation {wildcards.g} --steps {params.steps} --seeds {params.seeds} --replay {input.replay}"
         " --threads {threads} > {log} 2>&1"
 
 
@@ -66,6 +71,7 @@ rule baseline:
     output:
         metrics=f"{R}/baseline/metrics.json",
     params:
+        evo=EVO,
         conf=run_config,
         data=lambda wc: f"{run_dir(wc)}/data",
         out=lambda wc: f"{run_dir(wc)}/baseline",
@@ -79,6 +85,6 @@ rule baseline:
     conda:
         ENVS["train-gpu"]
     shell:
-        "{EVO} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
         " --restarts {params.restarts} --threads {threads} > {log} 2>&1"

@@ -2,14 +2,12 @@
 # Every path is results/<run>/...; {run} is a wildcard so that one invocation can hold several runs
 # (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
 import sys
-from pathlib import Path
 
 from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
-from evotrainer.atomic import write_text
-from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml, validate
+from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate, write_run_configs
 
 # Snakemake resolves dependencies recursively and every generation nests ~6 levels (promote -> select
 # -> backtest -> policy -> ...); Python's default limit of 1000 breaks the DAG near 100 generations.
@@ -39,11 +37,7 @@ RUN_CONFIGS = {RUN: CFG} | {
     name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed})) for name, seed in HEADLINE_RUNS.items()
 }
 
-# Resolved configs are rewritten only when they change, so an unchanged rerun touches nothing.
-for _name, _cfg in RUN_CONFIGS.items():
-    _path, _text = Path(f"{RESULTS}/{_name}/config.yaml"), to_yaml(_cfg)
-    if not _path.exists() or _path.read_text() != _text:
-        write_text(_path, _text)
+
 
 
 wildcard_constraints:
@@ -80,6 +74,15 @@ def parent_train_log(wildcards):
     if int(wildcards.g) == 0:
         return []
     return [f"{RESULTS}/{wildcards.run}/gen{wildcards.g}/parent_train_log.parquet"]
+
+
+def earlier_lineage_parts(wildcards):
+    """The lineage files of the generations before this one (what propose and replay learn from)."""
+    return [f"{RESULTS}/{wildcards.run}/gen{g}/lineage.parquet" for g in range(int(wildcards.g))]
+
+
+def all_lineage_parts(wildcards):
+    return [f"{RESULTS}/{wildcards.run}/gen{g}/lineage.parquet" for g in range(G)]
 
 
 def previous_selection(wildcards):
@@ -120,3 +123,25 @@ def baseline_inputs(wildcards):
 
 def final_outputs():
     return [f"{RESULTS}/{RUN}/summary.json", f"{RESULTS}/{RUN}/report.html"]
+
+
+# Human gates (gates.smk): the gate file a stage's consumer takes as input, gates on or off.
+def human_gate(stage, previous=False):
+    """Input function: the gate file of this generation's (or, for promote, the previous one's) stage."""
+
+    def gate_file(wildcards):
+        g = int(wildcards.g) - 1 if previous else int(wildcards.g)
+        return f"{RESULTS}/{wildcards.run}/gen{g}/gates/{stage}.json"
+
+    return gate_file
+
+
+def gate_inputs(wildcards):
+    gen = f"{RESULTS}/{wildcards.run}/gen{wildcards.g}"
+    if wildcards.stage == "backtest":  # only here: it asks the propose checkpoint for the candidates
+        return {"metrics": backtest_metrics(wildcards)}
+    return {
+        "diagnosis": {"diagnosis": f"{gen}/diagnosis.json"},
+        "propose": {"candidates": f"{gen}/candidates"},
+        "select": {"selection": f"{gen}/selection.json", "skills": f"{gen}/skills.json"},
+    }[wildcards.stage]

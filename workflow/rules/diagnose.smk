@@ -8,6 +8,7 @@ rule diagnose:
         json=f"{R}/gen{{g}}/diagnosis.json",
         md=f"{R}/gen{{g}}/diagnosis.md",
     params:
+        evo=EVO,
         conf=run_config,
         train_log=lambda wc, input: f"--train-log {input.train_log}" if input.train_log else "",
     benchmark:
@@ -17,6 +18,6 @@ rule diagnose:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} diagnose --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
+        "{params.evo} diagnose --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
         " {params.train_log} --out-parquet {output.parquet} --out-json {output.json} --out-md {output.md}"
         " --generation {wildcards.g} > {log} 2>&1"

@@ -6,6 +6,7 @@ rule heldout:
     output:
         f"{R}/data/test.parquet",
     params:
+        evo=EVO,
         conf=run_config,
         out=lambda wc: f"{run_dir(wc)}/data",
     log:
@@ -13,7 +14,7 @@ rule heldout:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} data --config {params.conf} --out-dir {params.out} --splits test > {log} 2>&1"
+        "{params.evo} data --config {params.conf} --out-dir {params.out} --splits test > {log} 2>&1"
 
 
 rule evaluate:
@@ -23,6 +24,7 @@ rule evaluate:
         metrics=f"{R}/eval/{{arm}}/test_metrics.json",
         rollouts=f"{R}/eval/{{arm}}/test_rollouts.parquet",
     params:
+        evo=EVO,
         conf=run_config,
         policy=arm_policy,
     threads: TRAIN_THREADS
@@ -33,7 +35,7 @@ rule evaluate:
     conda:
         ENVS["train-gpu"]
     shell:
-        "{EVO} evaluate --config {params.conf} --policy {params.policy} --harness {input.harness}"
+        "{params.evo} evaluate --config {params.conf} --policy {params.policy} --harness {input.harness}"
         " --test {input.test} --out-json {output.metrics} --out-rollouts {output.rollouts} --arm {wildcards.arm}"
         " --threads {threads} > {log} 2>&1"
 
@@ -44,12 +46,13 @@ rule summary:
         init=f"{R}/init/metrics.json",
         selections=all_selections,
         evolved=f"{R}/eval/evolved/test_metrics.json",
+        lineage=f"{R}/lineage.parquet",
     output:
         json=f"{R}/summary.json",
         md=f"{R}/summary.md",
     params:
+        evo=EVO,
         conf=run_config,
-        lineage=lambda wc: f"{run_dir(wc)}/lineage.parquet",
         baseline=lambda wc, input: (f"--baseline-test {input.test} --baseline-metrics {input.metrics}"
                                     if "test" in input.keys() else ""),
     benchmark:
@@ -59,6 +62,6 @@ rule summary:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} summary --config {params.conf} --init-metrics {input.init} --selections {input.selections}"
-        " --evolved-test {input.evolved} {params.baseline} --lineage {params.lineage}"
+        "{params.evo} summary --init-metrics {input.init} --selections {input.selections}"
+        " --evolved-test {input.evolved} {params.baseline} --lineage {input.lineage}"
         " --out-json {output.json} --out-md {output.md} > {log} 2>&1"

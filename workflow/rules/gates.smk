@@ -6,27 +6,6 @@
 # Snakemake stops there. Included before the stage rules, which use human_gate() in their inputs.
 
 
-def human_gate(stage, previous=False):
-    """Input function: the gate file of this generation's (or, for promote, the previous one's) stage."""
-
-    def gate_file(wildcards):
-        g = int(wildcards.g) - 1 if previous else int(wildcards.g)
-        return f"{RESULTS}/{wildcards.run}/gen{g}/gates/{stage}.json"
-
-    return gate_file
-
-
-def gate_inputs(wildcards):
-    gen = f"{RESULTS}/{wildcards.run}/gen{wildcards.g}"
-    if wildcards.stage == "backtest":  # only here: it asks the propose checkpoint for the candidates
-        return {"metrics": backtest_metrics(wildcards)}
-    return {
-        "diagnosis": {"diagnosis": f"{gen}/diagnosis.json"},
-        "propose": {"candidates": f"{gen}/candidates"},
-        "select": {"selection": f"{gen}/selection.json", "skills": f"{gen}/skills.json"},
-    }[wildcards.stage]
-
-
 # a local job even under the SLURM profile: its message belongs in the user's terminal, and it takes no time
 localrules:
     gate,
@@ -40,6 +19,7 @@ rule gate:
     wildcard_constraints:
         stage="diagnosis|propose|backtest|select",
     params:
+        evo=EVO,
         conf=run_config,
         run_dir=run_dir,
     log:
@@ -48,5 +28,5 @@ rule gate:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} gate --config {params.conf} --run-dir {params.run_dir} --generation {wildcards.g}"
+        "{params.evo} gate --config {params.conf} --run-dir {params.run_dir} --generation {wildcards.g}"
         " --stage {wildcards.stage} --out {output} --log {log}"

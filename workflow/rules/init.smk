@@ -3,6 +3,7 @@ rule data:
     output:
         **loop_data(),
     params:
+        evo=EVO,
         conf=run_config,
         out=lambda wc: f"{run_dir(wc)}/data",
     benchmark:
@@ -12,7 +13,7 @@ rule data:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} data --config {params.conf} --out-dir {params.out} --splits train val probe > {log} 2>&1"
+        "{params.evo} data --config {params.conf} --out-dir {params.out} --splits train val probe > {log} 2>&1"
 
 
 rule init:
@@ -24,6 +25,7 @@ rule init:
         sft_log=f"{R}/init/sft_log.parquet",
         metrics=f"{R}/init/metrics.json",
     params:
+        evo=EVO,
         conf=run_config,
         data=lambda wc: f"{run_dir(wc)}/data",
     threads: 2
@@ -34,6 +36,6 @@ rule init:
     conda:
         ENVS["train-gpu"]
     shell:
-        "{EVO} init --config {params.conf} --data-dir {params.data} --out-policy {output.policy}"
+        "{params.evo} init --config {params.conf} --data-dir {params.data} --out-policy {output.policy}"
         " --out-harness {output.harness} --out-sft-log {output.sft_log} --out-metrics {output.metrics}"
         " --threads {threads} > {log} 2>&1"

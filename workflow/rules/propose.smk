@@ -4,11 +4,13 @@ checkpoint propose:
         diagnosis=f"{R}/gen{{g}}/diagnosis.json",
         harness=f"{R}/gen{{g}}/harness",
         gate=human_gate("diagnosis"),
+        lineage=earlier_lineage_parts,
     output:
         candidates=directory(f"{R}/gen{{g}}/candidates"),
     params:
+        evo=EVO,
         conf=run_config,
-        lineage=lambda wc: f"{run_dir(wc)}/lineage.parquet",
+        lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
     benchmark:
         f"{R}/benchmarks/gen{{g}}/propose.tsv"
     log:
@@ -16,5 +18,5 @@ checkpoint propose:
     conda:
         ENVS["agent"]
     shell:
-        "{EVO} propose --config {params.conf} --diagnosis {input.diagnosis} --harness {input.harness}"
-        " --lineage {params.lineage} --out-dir {output.candidates} --generation {wildcards.g} > {log} 2>&1"
+        "{params.evo} propose --config {params.conf} --diagnosis {input.diagnosis} --harness {input.harness}"
+        " {params.lineage} --out-dir {output.candidates} --generation {wildcards.g} > {log} 2>&1"

@@ -5,6 +5,7 @@ FIGURES = ["val_per_generation", "training_curves", "lineage_tree", "findings_he
 rule report:
     input:
         summary=f"{R}/summary.json",
+        lineage=f"{R}/lineage.parquet",
     output:
         html=f"{R}/report.html",
         figures=[
@@ -12,6 +13,7 @@ rule report:
             for name in FIGURES
         ],
     params:
+        evo=EVO,
         run_dir=run_dir,
         figures=lambda wc: f"{run_dir(wc)}/report",
     benchmark:
@@ -21,7 +23,7 @@ rule report:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} report --run-dir {params.run_dir} --out-html {output.html} --figures-dir {params.figures} > {log} 2>&1"
+        "{params.evo} report --run-dir {params.run_dir} --out-html {output.html} --figures-dir {params.figures} > {log} 2>&1"
 
 
 # `snakemake headline --cores 2`: the whole loop and the fixed-harness baseline under S seeds
@@ -33,9 +35,11 @@ rule headline:
     output:
         json=f"{RESULTS}/{RUN}-headline/headline.json",
         png=report(f"{RESULTS}/{RUN}-headline/headline.png", caption="../report/headline.rst", category="Headline"),
+    params:
+        evo=EVO,
     log:
         f"{RESULTS}/{RUN}-headline/headline.log",
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} headline --summaries {input.summaries} --out-json {output.json} --out-png {output.png} > {log} 2>&1"
+        "{params.evo} headline --summaries {input.summaries} --out-json {output.json} --out-png {output.png} > {log} 2>&1"

@@ -6,6 +6,7 @@ rule rollout:
     output:
         f"{R}/gen{{g}}/rollouts.parquet",
     params:
+        evo=EVO,
         conf=run_config,
     threads: TRAIN_THREADS
     benchmark:
@@ -15,5 +16,5 @@ rule rollout:
     conda:
         ENVS["train-gpu"]
     shell:
-        "{EVO} rollout --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        "{params.evo} rollout --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --prompts {input.prompts} --out {output} --generation {wildcards.g} --threads {threads} > {log} 2>&1"

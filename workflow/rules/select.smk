@@ -5,11 +5,12 @@ rule select:
         metrics=backtest_metrics,
         gate=human_gate("backtest"),
     output:
-        f"{R}/gen{{g}}/selection.json",
+        selection=f"{R}/gen{{g}}/selection.json",
+        lineage=f"{R}/gen{{g}}/lineage.parquet",
     params:
+        evo=EVO,
         conf=run_config,
         backtests=lambda wc: f"{run_dir(wc)}/gen{wc.g}/backtest",
-        lineage=lambda wc: f"{run_dir(wc)}/lineage.parquet",
     benchmark:
         f"{R}/benchmarks/gen{{g}}/select.tsv"
     log:
@@ -17,8 +18,8 @@ rule select:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
-        " --harness {input.harness} --lineage {params.lineage} --out {output} --generation {wildcards.g}"
+        "{params.evo} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
+        " --harness {input.harness} --out {output.selection} --out-lineage {output.lineage} --generation {wildcards.g}"
         " > {log} 2>&1"
 
 
@@ -35,6 +36,7 @@ rule promote:
     wildcard_constraints:
         g=r"[1-9]\d*",
     params:
+        evo=EVO,
         conf=run_config,
         backtests=lambda wc: f"{run_dir(wc)}/gen{int(wc.g) - 1}/backtest",
     benchmark:
@@ -44,5 +46,21 @@ rule promote:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} promote --config {params.conf} --selection {input.selection} --backtest-dir {params.backtests}"
+        "{params.evo} promote --selection {input.selection} --backtest-dir {params.backtests}"
         " --out-policy {output.policy} --out-harness {output.harness} --out-train-log {output.train_log} > {log} 2>&1"
+
+
+# The run's lineage.parquet (what people read with pandas), merged from the generations' own files.
+rule lineage:
+    input:
+        all_lineage_parts,
+    output:
+        f"{R}/lineage.parquet",
+    params:
+        evo=EVO,
+    log:
+        f"{R}/logs/lineage.log",
+    conda:
+        ENVS["cpu"]
+    shell:
+        "{params.evo} lineage --parts {input} --out {output} > {log} 2>&1"

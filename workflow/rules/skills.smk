@@ -13,6 +13,7 @@ rule skills:
     output:
         f"{R}/gen{{g}}/skills.json",
     params:
+        evo=EVO,
         conf=run_config,
         run_dir=run_dir,
     benchmark:
@@ -22,6 +23,6 @@ rule skills:
     conda:
         ENVS["cpu"]
     shell:
-        "{EVO} skills --config {params.conf} --run-dir {params.run_dir} --selection {input.selection}"
+        "{params.evo} skills --config {params.conf} --run-dir {params.run_dir} --selection {input.selection}"
         " --diagnosis {input.diagnosis} --candidates {input.candidates} --out {output} --generation {wildcards.g}"
         " > {log} 2>&1"

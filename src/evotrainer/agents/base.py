@@ -55,6 +55,16 @@ class FailedProposal(Proposal):
         return {"ok": False, "failure_label": self.failure_label, "error": self.error, "files": []}
 
 
+@dataclass
+class FallbackProposal(Proposal):
+    """A candidate of the offline agent standing in for an LLM agent whose endpoint failed, budget ran
+    out or step deadline passed (agent.fallback: heuristic); proposal.json carries these fields."""
+
+    fallback: bool = True
+    proposed_by: str = "heuristic-fallback"
+    fallback_reason: str = ""
+
+
 class Agent(Protocol):
     name: str
 

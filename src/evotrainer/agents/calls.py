@@ -1,9 +1,14 @@
 """The agent-call record: one row per API call an LLM agent makes, in
 ``gen<g>/candidates/agent_calls.parquet``, and the per-run budget read back from those files.
 
-A call is one logical request; the SDK's own retries (429, 529, 5xx, timeouts) happen inside it and
-are counted in ``attempts``. Tokens and cost are what the endpoint reported in ``usage``; cost is an
-estimate from ``agent.prices`` (USD per million tokens).
+A call is one logical request; its retries (429, 529, 5xx, timeouts, unusable replies) happen inside
+it and are counted in ``attempts``. A failed call carries its failure label (``agent_api_error``,
+``agent_timeout``, ``agent_malformed_reply``); a successful call whose usage was not believed carries
+``agent_usage_invalid``. Tokens are what the endpoint reported in ``usage``, or, where it could not be
+believed or an attempt's reply was lost (a timeout, an unusable body), a conservative estimate
+(``usage_estimated``): the request's characters as input tokens and ``agent.max_tokens`` as output.
+Cost is an estimate from ``agent.prices`` (USD per million tokens). Every field passes through
+evotrainer.secrets redaction when written (evotrainer.atomic).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ SCHEMA = pa.schema(
         ("agent", pa.string()),
         ("model", pa.string()),
         ("call_index", pa.int64()),
-        ("outcome", pa.string()),  # ok | rate_limited | overloaded | server_error | timeout | connection_error | api_error
+        ("outcome", pa.string()),  # ok | rate_limited | overloaded | server_error | timeout | connection_error
+        #                            | malformed_reply | api_error
+        ("label", pa.string()),  # failure label of a failed call, or agent_usage_invalid; null when all is well
         ("attempts", pa.int64()),  # HTTP attempts, the SDK's retries included
         ("status_code", pa.int64()),
         ("error_type", pa.string()),
@@ -36,6 +43,7 @@ SCHEMA = pa.schema(
         ("output_tokens", pa.int64()),
         ("cache_read_tokens", pa.int64()),
         ("cache_creation_tokens", pa.int64()),
+        ("usage_estimated", pa.bool_()),  # the tokens above are (partly) the conservative estimate
         ("request_chars", pa.int64()),  # size of the JSON the agent sent (system + tools + messages)
         ("latency_s", pa.float64()),
         ("cost_usd", pa.float64()),
@@ -54,6 +62,11 @@ class Usage:
     @property
     def total(self) -> int:
         return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_creation_tokens
+
+    def plus(self, other: Usage, times: int = 1) -> Usage:
+        return Usage(self.input_tokens + times * other.input_tokens, self.output_tokens + times * other.output_tokens,
+                     self.cache_read_tokens + times * other.cache_read_tokens,
+                     self.cache_creation_tokens + times * other.cache_creation_tokens)
 
     def cost(self, prices) -> float:
         """Estimated USD; ``prices`` has input/output/cache_read/cache_write per million tokens."""
@@ -80,6 +93,8 @@ class CallRecord:
     error: str | None = None
     stop_reason: str | None = None
     tool_calls: list[str] = field(default_factory=list)
+    label: str | None = None
+    usage_estimated: bool = False
 
     def row(self) -> dict:
         row = asdict(self)
@@ -105,3 +120,65 @@ def spent(run_dir: str | Path, before_generation: int) -> tuple[int, float]:
         tokens += int(table[["input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"]].sum().sum())
         cost += float(table["cost_usd"].sum())
     return tokens, cost
+
+
+TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
+
+
+def _label(outcome: str, label) -> str | None:
+    """A failed call's label; tables written before the label column existed get it from the outcome."""
+    if isinstance(label, str) and label:
+        return label
+    if outcome == "ok":
+        return None
+    return {"timeout": "agent_timeout", "malformed_reply": "agent_malformed_reply"}.get(outcome, "agent_api_error")
+
+
+def summarize(run_dir: str | Path) -> dict:
+    """The agent's API calls over a run, from every gen*/candidates/agent_calls.parquet: calls, failed
+    calls by label, tokens, estimated cost, and the same per generation (empty when no call was made,
+    e.g. with the offline agent)."""
+    per_generation = []
+    for path in sorted(Path(run_dir).glob(f"gen*/candidates/{FILE_NAME}"), key=lambda p: _generation(p)):
+        frame = pq.read_table(path).to_pandas()
+        if frame.empty:
+            continue
+        labels = [_label(o, frame["label"].iloc[i] if "label" in frame else None) for i, o in enumerate(frame["outcome"])]
+        failed = [lab for lab, outcome in zip(labels, frame["outcome"], strict=True) if outcome != "ok"]
+        row = {"generation": _generation(path), "calls": len(frame), "failed_calls": len(failed),
+               "failed_by_label": {lab: failed.count(lab) for lab in sorted(set(failed))},
+               "usage_not_believed": sum(lab == "agent_usage_invalid" for lab in labels),
+               "attempts": int(frame["attempts"].sum()),
+               **{c: int(frame[c].sum()) for c in TOKEN_COLUMNS}, "cost_usd": float(frame["cost_usd"].sum()),
+               "estimated_calls": int(frame["usage_estimated"].sum()) if "usage_estimated" in frame else 0,
+               "agents": sorted(set(frame["agent"])), "models": sorted(set(frame["model"]))}
+        per_generation.append(row)
+    total = {"calls": 0, "failed_calls": 0, "failed_by_label": {}, "usage_not_believed": 0, "attempts": 0,
+             **{c: 0 for c in TOKEN_COLUMNS}, "cost_usd": 0.0, "estimated_calls": 0}
+    for row in per_generation:
+        for key in total:
+            if key == "failed_by_label":
+                for lab, n in row[key].items():
+                    total[key][lab] = total[key].get(lab, 0) + n
+            else:
+                total[key] += row[key]
+    total["models"] = sorted({m for row in per_generation for m in row["models"]})
+    return total | {"per_generation": per_generation}
+
+
+def summary_table(summary: dict):
+    """One row per generation plus a total row, for the report (pandas DataFrame)."""
+    import pandas as pd
+
+    columns = ["generation", "calls", "failed_calls", "failed_by_label", "attempts", *TOKEN_COLUMNS, "cost_usd"]
+    rows = [{c: row[c] for c in columns} for row in summary["per_generation"]]
+    rows.append({c: summary.get(c) for c in columns} | {"generation": "total"})
+    table = pd.DataFrame(rows, columns=columns)
+    table["failed_by_label"] = table["failed_by_label"].map(
+        lambda d: ", ".join(f"{k}: {v}" for k, v in d.items()) if isinstance(d, dict) else "")
+    return table
+
+
+def _generation(path: Path) -> int:
+    name = path.parents[1].name
+    return int(name[3:]) if name[3:].isdigit() else -1

@@ -3,21 +3,32 @@
 The tool definitions, the system prompt and the newest message are marked for prompt caching, so
 every call after the first in a generation reads the conversation so far from the cache. Assistant
 content is sent back as received (thinking blocks included, as the API requires for tool use with
-thinking). Retries with backoff on 408, 409,
-429, 5xx, 529 and timeouts are the SDK's own (``max_retries``); ``retry-after`` headers are honoured.
+thinking), after the caps of evotrainer.agents.replies. The reply is read from the raw JSON, checked
+field by field; retries, deadlines and bounded bodies are evotrainer.agents.transport's.
 """
 
 from __future__ import annotations
 
+import json
+
 from evotrainer.agents.calls import Usage
-from evotrainer.agents.llm import (
-    LLMAgent,
+from evotrainer.agents.llm import LLMAgent, api_key
+from evotrainer.agents.replies import (
+    MAX_TOOL_CALLS,
+    Caps,
     Reply,
-    SDKProvider,
+    TextBudget,
     ToolCall,
-    api_key,
+    arguments_of,
+    checked_usage,
     clean,
+    name_or_id,
+    need,
+    stub_arguments,
 )
+from evotrainer.agents.transport import SDKProvider
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 class ClaudeProvider(SDKProvider):
@@ -27,9 +38,9 @@ class ClaudeProvider(SDKProvider):
         import anthropic
 
         super().__init__(anthropic, "Anthropic", agent_cfg, key)
+        self.caps = Caps.of(agent_cfg)
 
-    def send(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
-        self._before = self._counter.count
+    def request(self, system: str, messages: list[dict], tools: list[dict]) -> dict:
         specs = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in tools]
         if specs:
             specs[-1] = specs[-1] | {"cache_control": {"type": "ephemeral"}}
@@ -39,26 +50,50 @@ class ClaudeProvider(SDKProvider):
         }
         if self.cfg.temperature is not None:
             kwargs["temperature"] = float(self.cfg.temperature)
-        message = self.client.messages.create(**kwargs)
+        return kwargs
+
+    def post(self, kwargs: dict):
+        return self.client.messages.with_raw_response.create(**kwargs).http_response
+
+    def parse(self, payload: dict) -> Reply:
+        content = need(payload, "content", list, "message")
+        text = TextBudget(self.caps.reply_chars)
         blocks, texts, calls = [], [], []
-        for block in message.content:
-            if block.type == "text":
-                texts.append(block.text)
-                blocks.append({"type": "text", "text": block.text})
-            elif block.type == "tool_use":
-                arguments = block.input if isinstance(block.input, dict) else None
-                calls.append(ToolCall(block.id, block.name, arguments,
-                                      None if arguments is not None else "arguments must be a JSON object"))
-                blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-            else:  # thinking, redacted_thinking, ...: returned unchanged
-                blocks.append(block.model_dump(mode="json", exclude_none=True))
-        usage = message.usage
+        for index, block in enumerate(content):
+            where = f"message.content[{index}]"
+            kind = need(block, "type", str, where)
+            if kind == "text":
+                kept = text.take(need(block, "text", str, where))
+                if kept is not None:
+                    texts.append(kept)
+                    blocks.append({"type": "text", "text": kept})
+            elif kind == "tool_use":
+                call_id, name = name_or_id(block.get("id"), f"{where}.id"), name_or_id(block.get("name"), f"{where}.name")
+                if len(calls) >= MAX_TOOL_CALLS:
+                    continue  # dropped: neither run nor sent back
+                arguments, error, label, too_large = arguments_of(block.get("input"), name, self.caps)
+                calls.append(ToolCall(call_id, name, arguments, error, label))
+                sent = stub_arguments(error) if too_large else block.get("input")
+                blocks.append({"type": "tool_use", "id": call_id, "name": name,
+                               "input": sent if isinstance(sent, dict) else {}})
+            else:  # thinking, redacted_thinking, ...: returned unchanged unless over the text cap
+                size = len(json.dumps(block, default=str))
+                if size <= text.left:
+                    text.left -= size
+                    blocks.append(block)
+        usage_raw = payload.get("usage")
+        if not isinstance(usage_raw, dict):
+            counts, problem = {k: 0 for k in USAGE_KEYS}, f"usage is {'missing' if usage_raw is None else 'not an object'}"
+        else:
+            counts, problem = checked_usage({k: usage_raw.get(k) for k in USAGE_KEYS}, required=USAGE_KEYS[:2])
+        stop = payload.get("stop_reason")
         return Reply(
-            text="\n".join(texts), tool_calls=calls, stop_reason=message.stop_reason,
-            usage=Usage(input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
-                        cache_read_tokens=usage.cache_read_input_tokens or 0,
-                        cache_creation_tokens=usage.cache_creation_input_tokens or 0),
+            text="\n".join(texts), tool_calls=calls, stop_reason=stop if isinstance(stop, str) else None,
+            usage=Usage(input_tokens=counts["input_tokens"], output_tokens=counts["output_tokens"],
+                        cache_read_tokens=counts["cache_read_input_tokens"],
+                        cache_creation_tokens=counts["cache_creation_input_tokens"]),
             assistant_messages=[{"role": "assistant", "content": clean(blocks)}] if blocks else [],
+            usage_problem=problem,
         )
 
     def user_text(self, text: str) -> list[dict]:
@@ -87,3 +122,4 @@ def _mark_last(messages: list[dict]) -> list[dict]:
 def make(agent_cfg) -> LLMAgent:
     key = api_key(agent_cfg)
     return LLMAgent(agent_cfg, ClaudeProvider(agent_cfg, key), secret=key)
+

@@ -2,9 +2,10 @@
 (agent=openai): OpenAI itself or a local server such as vLLM.
 
 Tool arguments arrive as a JSON string; one that does not parse is shown to the model as an error.
-``usage.prompt_tokens`` includes cached tokens; they are split out as cache reads. Retries are the
-SDK's own (``max_retries``). A local server needs no key: with ``agent.api_key_env: null`` (or the
-variable unset) a placeholder is sent.
+``usage.prompt_tokens`` includes cached tokens; they are split out as cache reads. The reply is read
+from the raw JSON, checked field by field and capped (evotrainer.agents.replies); retries,
+deadlines and bounded bodies are evotrainer.agents.transport's. A local server needs no key: with
+``agent.api_key_env: null`` (or the variable unset) a placeholder is sent.
 """
 
 from __future__ import annotations
@@ -12,15 +13,21 @@ from __future__ import annotations
 import json
 
 from evotrainer.agents.calls import Usage
-from evotrainer.agents.llm import (
-    LLMAgent,
-    MalformedReply,
+from evotrainer.agents.llm import LLMAgent, api_key
+from evotrainer.agents.replies import (
+    MAX_TOOL_CALLS,
+    Caps,
     Reply,
-    SDKProvider,
+    TextBudget,
     ToolCall,
-    api_key,
+    arguments_of,
+    checked_usage,
     clean,
+    name_or_id,
+    need,
+    stub_arguments,
 )
+from evotrainer.agents.transport import MalformedReply, SDKProvider
 
 NO_KEY = "no-key"  # sent to endpoints that need none (the SDK refuses an empty key)
 
@@ -32,9 +39,9 @@ class OpenAIProvider(SDKProvider):
         import openai
 
         super().__init__(openai, "OpenAI", agent_cfg, key or NO_KEY)
+        self.caps = Caps.of(agent_cfg)
 
-    def send(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
-        self._before = self._counter.count
+    def request(self, system: str, messages: list[dict], tools: list[dict]) -> dict:
         kwargs = {
             "model": self.model, "max_completion_tokens": int(self.cfg.max_tokens),
             "messages": [{"role": "system", "content": system}, *messages],
@@ -42,35 +49,44 @@ class OpenAIProvider(SDKProvider):
         }
         if self.cfg.temperature is not None:
             kwargs["temperature"] = float(self.cfg.temperature)
-        completion = self.client.chat.completions.create(**kwargs)
-        if not completion.choices:
-            raise MalformedReply("the endpoint returned a completion without choices")
-        choice = completion.choices[0]
-        message = choice.message
+        return kwargs
+
+    def post(self, kwargs: dict):
+        return self.client.chat.completions.with_raw_response.create(**kwargs).http_response
+
+    def parse(self, payload: dict) -> Reply:
+        choices = need(payload, "choices", list, "completion")
+        if not choices:
+            raise MalformedReply("completion: 'choices' is empty")
+        choice = choices[0]
+        message = need(choice, "message", dict, "completion.choices[0]")
+        text = TextBudget(self.caps.reply_chars)
+        content = _content_text(message.get("content"))
+        kept = text.take(content) if content else ""
         calls, wire_calls = [], []
-        for tool_call in message.tool_calls or []:
-            function = getattr(tool_call, "function", None)
-            if function is None:  # a non-function tool call: nothing this agent offered
-                calls.append(ToolCall(tool_call.id, getattr(tool_call, "type", "unknown"), None,
-                                      "only function tool calls are supported"))
+        for index, tool_call in enumerate(need(message, "tool_calls", list, "message", required=False) or []):
+            where = f"message.tool_calls[{index}]"
+            call_id = name_or_id(need(tool_call, "id", str, where), f"{where}.id")
+            if len(calls) >= MAX_TOOL_CALLS:
+                continue  # dropped: neither run nor sent back
+            function = tool_call.get("function")
+            if not isinstance(function, dict):  # a non-function tool call: nothing this agent offered
+                calls.append(ToolCall(call_id, "unknown", None, "only function tool calls are supported"))
                 continue
-            arguments, error = _parse_arguments(function.arguments)
-            calls.append(ToolCall(tool_call.id, function.name, arguments, error))
-            wire_calls.append({"id": tool_call.id, "type": "function",
-                               "function": {"name": function.name, "arguments": function.arguments or ""}})
-        assistant = {"role": "assistant", "content": message.content or ""}
+            name = name_or_id(function.get("name"), f"{where}.function.name")
+            raw = function.get("arguments")
+            raw = raw if isinstance(raw, str) or raw is None else json.dumps(raw, default=str)
+            arguments, error, label, too_large = arguments_of(raw, name, self.caps, json_text=True)
+            calls.append(ToolCall(call_id, name, arguments, error, label))
+            wire_calls.append({"id": call_id, "type": "function", "function": {
+                "name": name, "arguments": json.dumps(stub_arguments(error)) if too_large else (raw or "")}})
+        assistant = {"role": "assistant", "content": kept or ""}
         if wire_calls:
             assistant["tool_calls"] = wire_calls
-        usage = completion.usage
-        prompt = (usage.prompt_tokens or 0) if usage else 0
-        details = getattr(usage, "prompt_tokens_details", None) if usage else None
-        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
-        return Reply(
-            text=message.content or "", tool_calls=calls, stop_reason=choice.finish_reason,
-            usage=Usage(input_tokens=max(0, prompt - cached), output_tokens=(usage.completion_tokens or 0) if usage else 0,
-                        cache_read_tokens=cached),
-            assistant_messages=[clean(assistant)],
-        )
+        usage, problem = _usage(payload.get("usage"))
+        finish = choice.get("finish_reason")
+        return Reply(text=kept or "", tool_calls=calls, stop_reason=finish if isinstance(finish, str) else None,
+                     usage=usage, assistant_messages=[clean(assistant)], usage_problem=problem)
 
     def user_text(self, text: str) -> list[dict]:
         return [{"role": "user", "content": text}]
@@ -80,14 +96,29 @@ class OpenAIProvider(SDKProvider):
                 for call, text, is_error in results if call.id]
 
 
-def _parse_arguments(raw: str | None) -> tuple[dict | None, str | None]:
-    try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError as err:
-        return None, f"the tool arguments are not valid JSON ({err.msg} at position {err.pos})"
-    if not isinstance(value, dict):
-        return None, "the tool arguments must be a JSON object"
-    return value, None
+def _content_text(content) -> str:
+    """The message text: a string, or (some compatible servers) a list of {type: text, text} parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        if all(isinstance(p, str) for p in parts):
+            return "\n".join(parts)
+    raise MalformedReply(f"message: 'content' is a {type(content).__name__}, not text")
+
+
+def _usage(raw) -> tuple[Usage, str | None]:
+    if not isinstance(raw, dict):
+        return Usage(), f"usage is {'missing' if raw is None else 'not an object'}"
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    counts, problem = checked_usage({"prompt_tokens": raw.get("prompt_tokens"),
+                                     "completion_tokens": raw.get("completion_tokens"), "cached_tokens": cached},
+                                    required=("prompt_tokens", "completion_tokens"))
+    if problem is None and counts["cached_tokens"] > counts["prompt_tokens"]:
+        problem = f"cached_tokens={counts['cached_tokens']} exceeds prompt_tokens={counts['prompt_tokens']}"
+    return Usage(input_tokens=max(0, counts["prompt_tokens"] - counts["cached_tokens"]),
+                 output_tokens=counts["completion_tokens"], cache_read_tokens=counts["cached_tokens"]), problem
 
 
 def make(agent_cfg) -> LLMAgent:

@@ -1,24 +1,58 @@
-"""Cluster backends: verl training (`trainer.name=verl`) and vLLM rollouts (`rollout.name=vllm`).
+"""Training and rollout backends behind one trainer interface: ``trainer(name)(job, reward=, task=,
+weights=) -> train log`` trains ``job.parent_policy`` under ``job.harness`` for ``job.steps`` steps,
+saves the trained policy to ``job.out/policy`` and returns the per-step train log. It gets the reward
+as an object (the sandboxed worker), the task (trusted verify) and the curriculum weights (computed in
+the sandbox): a backend never imports harness code and never evaluates; evaluation is a separate step
+that only reads the saved policy (evotrainer.stages.backtest).
 
-Both are optional: nothing here is imported unless the config names the backend, and each says
-clearly which package is missing when it is.
+- ``local``: one-process GRPO in torch (CPU or one GPU), evotrainer.backends.local.
+- ``verl``: verl's PPO trainer (Ray, SLURM), evotrainer.backends.verl; optional, imported only when chosen.
+- rollouts: ``hf`` (backends.local.sampler) or ``vllm`` (backends.vllm_rollout), by the rollout stage.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
-# trainer.name -> "module:function" with the signature of evotrainer.stages.backtest._train_and_score
+import pandas as pd
+
+from evotrainer.loading import load_object
+
 TRAINERS = {
-    "local": "evotrainer.stages.backtest:_train_and_score",
-    "verl": "evotrainer.backends.verl.launch:train_and_score",
+    "local": "evotrainer.backends.local.trainer:train",
+    "verl": "evotrainer.backends.verl.launch:train",
 }
 
 
-def trainer(name: str) -> Callable[..., dict]:
-    """The backtest training function of a trainer backend (imported only when chosen)."""
+@dataclass(frozen=True)
+class TrainJob:
+    """One training run of a backtest (or one seed of it), as the supervising stage hands it over."""
+
+    config: str  # resolved run config (results/<run>/config.yaml)
+    parent_policy: str
+    harness: str  # the candidate's harness directory (applied diff)
+    data_dir: str
+    evidence: str | None  # this generation's rollouts (the curriculum's input)
+    out: str  # writes out/policy and out/train_log.parquet
+    generation: int
+    steps: int
+    threads: int = 1
+    restarts: int = 1
+    seed_index: int = 0
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> TrainJob:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def trainer(name: str) -> Callable[..., pd.DataFrame]:
+    """The training function of a trainer backend (imported only when chosen)."""
     if name not in TRAINERS:
         raise ValueError(f"trainer.name={name!r}: no such trainer backend; choose one of {sorted(TRAINERS)}")
-    module, function = TRAINERS[name].split(":")
-    return getattr(importlib.import_module(module), function)
+    return load_object(TRAINERS[name])

@@ -2,11 +2,12 @@
 
 - sampling: the recipe -> ``vllm.SamplingParams(n=group_size, temperature, top_p,
   max_tokens=max_response_len, logprobs=0, seed)`` (logprobs=0: the sampled token's own log-prob);
-- prompts go in as token ids built exactly as the local sampler builds them (bos + prompt), so a
-  tokenizer without a chat template (the tiny policy) needs nothing else;
+- prompts go in as token ids rendered with the policy's chat template exactly as the local sampler
+  renders them (evotrainer.policy.chat; a tokenizer without a template gets the plain one);
 - outputs: each ``RequestOutput`` holds ``outputs``, a list of ``CompletionOutput`` (index, text,
   token_ids, cumulative_logprob, finish_reason "stop" | "length" | "abort"); each becomes one evidence
-  row, scored by the harness reward with the same overlong shaping as the local backend. vLLM keeps
+  row, verified by the task and scored by the harness reward with the same overlong shaping as the local
+  backend. vLLM keeps
   the stop token in ``token_ids`` (not in ``text``), so ``response_tokens`` counts eos as the local
   sampler does. vLLM reports no entropy, so that optional column is absent.
 
@@ -15,15 +16,19 @@ vllm is imported only here, and only when this backend is used; without it, a cl
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from evotrainer.contracts.evidence import COMPONENT_PREFIX
-from evotrainer.backends.local.scoring import RewardFn, overlong_penalty, score
-from evotrainer.tasks.arithmetic import is_correct, parse_answer
+from evotrainer.backends.local.scoring import (
+    Reward,
+    evidence_frame,
+    overlong_penalty,
+    reward_rows,
+    verify_all,
+)
+from evotrainer.contracts.task import Task
 
 FINISH = {"stop": "eos", "length": "length"}
 
@@ -59,15 +64,18 @@ def sampling_params(recipe: dict[str, Any], *, greedy: bool = False, seed: int |
     return _vllm().SamplingParams(**sampling_kwargs(recipe, greedy=greedy, seed=seed))
 
 
-def prompt_token_ids(tokenizer, prompts: list[str]) -> list[dict[str, list[int]]]:
-    """vLLM token prompts ({"prompt_token_ids": ...}): bos + prompt, as evotrainer.backends.local.sampler.encode_prompts."""
-    return [{"prompt_token_ids": [tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False)}
-            for p in prompts]
+def prompt_token_ids(tokenizer, prompts: list) -> list[dict[str, list[int]]]:
+    """vLLM token prompts ({"prompt_token_ids": ...}) rendered with the policy's chat template, exactly
+    as the local sampler encodes them (evotrainer.policy.chat)."""
+    from evotrainer.policy.chat import prompt_token_ids as chat_prompt_ids
+
+    return [{"prompt_token_ids": ids} for ids in chat_prompt_ids(tokenizer, prompts)]
 
 
-def evidence_rows(outputs: list, prompts: pd.DataFrame, *, recipe: dict[str, Any], reward_fn: RewardFn, run: str,
+def evidence_rows(outputs: list, prompts: pd.DataFrame, *, recipe: dict[str, Any], reward: Reward, task: Task, run: str,
                   generation: int, split: str, step: int, policy_id: str, harness_id: str, seed: int) -> pd.DataFrame:
-    """vLLM RequestOutputs (one per prompt row, in order) -> evidence rows, one per CompletionOutput."""
+    """vLLM RequestOutputs (one per prompt row, in order) -> evidence rows, one per CompletionOutput,
+    verified by the task and scored by ``reward`` exactly as local rollouts are."""
     if len(outputs) != len(prompts):
         raise ValueError(f"vLLM returned {len(outputs)} request outputs for {len(prompts)} prompts")
     rows, responses, lengths, finish, logprobs = [], [], [], [], []
@@ -85,41 +93,16 @@ def evidence_rows(outputs: list, prompts: pd.DataFrame, *, recipe: dict[str, Any
             cumulative = completion.cumulative_logprob
             logprobs.append(float(cumulative) / max(n_tokens, 1) if cumulative is not None else float("nan"))
     repeated = pd.DataFrame(rows).reset_index(drop=True)
-    rewards, components = score(reward_fn, repeated, responses)
+    verdicts = verify_all(task, responses, repeated)
+    rewards, components = reward.score(reward_rows(repeated, responses, verdicts))
     length_arr = np.asarray(lengths, dtype=np.int64)
     rewards = rewards + overlong_penalty(length_arr, recipe["max_response_len"], recipe["overlong_buffer"],
                                          recipe["overlong_penalty"])
-    finish_arr = np.asarray(finish)
-    group_sizes = [len(r.outputs) for r in outputs]
-    frame = pd.DataFrame({
-        "run": run,
-        "generation": generation,
-        "split": split,
-        "step": step,
-        "prompt_id": repeated["prompt_id"].astype(str).to_numpy(),
-        "group_id": [f"{split}:{step}:{pid}" for pid in repeated["prompt_id"]],
-        "sample_idx": np.concatenate([np.arange(n) for n in group_sizes]).astype(np.int64),
-        "data_source": repeated["data_source"].astype(str).to_numpy(),
-        "prompt": repeated["prompt"].astype(str).to_numpy(),
-        "response": responses,
-        "ground_truth": repeated["ground_truth"].astype(str).to_numpy(),
-        "reward": rewards.astype(float),
-        "correct": np.array([is_correct(r, t) for r, t in zip(responses, repeated["ground_truth"], strict=True)], dtype=bool),
-        "response_tokens": length_arr,
-        "truncated": finish_arr == "length",
-        "finish_reason": finish_arr,
-        "mean_logprob": np.asarray(logprobs, dtype=float),
-        "policy_id": policy_id,
-        "harness_id": harness_id,
-        "seed": seed,
-        "wall_time": time.time(),
-        "format_ok": np.array([parse_answer(r) is not None for r in responses], dtype=bool),
-    })
-    if "level" in repeated.columns:
-        frame["difficulty"] = repeated["level"].to_numpy().astype(np.int64)
-    for key, values in components.items():
-        frame[f"{COMPONENT_PREFIX}{key}"] = values.astype(float)
-    return frame
+    return evidence_frame(
+        repeated, responses, rewards, components, verdicts,
+        sample_idx=np.concatenate([np.arange(len(r.outputs)) for r in outputs]), response_tokens=length_arr,
+        finished=np.asarray(finish) == "eos", mean_logprob=np.asarray(logprobs, dtype=float), entropy=None,
+        run=run, generation=generation, split=split, step=step, policy_id=policy_id, harness_id=harness_id, seed=seed)
 
 
 def sample(policy_dir: str, prompts: pd.DataFrame, recipe: dict[str, Any], *, seed: int, greedy: bool = False,

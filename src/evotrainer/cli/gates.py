@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Callable
 
-from evotrainer.search import approvals
 from evotrainer.cli.inspect import resolve_run
+from evotrainer.search import approvals
 
 CONTINUE = "Rerun the same snakemake command to continue (it resumes from the gate)."
 
 
-def main(a: argparse.Namespace) -> int:
-    run_dir = resolve_run(a.run, a.results)
-    run = run_dir.name
+def _decide(command: str, run: str, results: str, act: Callable[..., str]) -> int:
+    run_dir = resolve_run(run, results)
     try:
-        if a.command == "approve":
-            d = approvals.approve(run_dir, run, a.generation, a.stage, by=a.by)
-            print(f"approved gate after_{d['stage']} of run '{run}' generation {a.generation} (by {d['by']}). {CONTINUE}")
-        elif a.command == "revise":
-            d = approvals.revise(run_dir, run, a.generation, a.stage, a.feedback, by=a.by)
-            print(f"revise recorded for run '{run}' generation {a.generation} at {d['stage']} (by {d['by']}); "
-                  f"removed for rerun: {', '.join(d['reruns'])}. The agent gets your feedback. {CONTINUE}")
-        else:
-            approvals.abort(run_dir, run, reason=a.reason, by=a.by)
-            print(f"run '{run}' aborted; it stops at its pending (or next) human gate. "
-                  f"Decisions: {approvals.approvals_dir(run_dir) / 'decisions.jsonl'}")
+        print(act(run_dir, run_dir.name))
     except approvals.GateError as err:
-        print(f"evotrainer {a.command}: {err}", file=sys.stderr)
+        print(f"evotrainer {command}: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def approve(run: str, generation: int, stage: str, by: str | None = None, results: str = "results") -> int:
+    def act(run_dir, name):
+        d = approvals.approve(run_dir, name, generation, stage, by=by)
+        return f"approved gate after_{d['stage']} of run '{name}' generation {generation} (by {d['by']}). {CONTINUE}"
+    return _decide("approve", run, results, act)
+
+
+def revise(run: str, generation: int, stage: str, feedback: str, by: str | None = None, results: str = "results") -> int:
+    def act(run_dir, name):
+        d = approvals.revise(run_dir, name, generation, stage, feedback, by=by)
+        return (f"revise recorded for run '{name}' generation {generation} at {d['stage']} (by {d['by']}); "
+                f"removed for rerun: {', '.join(d['reruns'])}. The agent gets your feedback. {CONTINUE}")
+    return _decide("revise", run, results, act)
+
+
+def abort(run: str, reason: str | None = None, by: str | None = None, results: str = "results") -> int:
+    def act(run_dir, name):
+        approvals.abort(run_dir, name, reason=reason, by=by)
+        return (f"run '{name}' aborted; it stops at its pending (or next) human gate. "
+                f"Decisions: {approvals.approvals_dir(run_dir) / 'decisions.jsonl'}")
+    return _decide("abort", run, results, act)

@@ -1,9 +1,11 @@
-"""The commands people use to look at runs: status, show, lineage, compare, evidence validate, report."""
+"""The commands people use to look at runs and the installation: config, tasks, status, show, lineage,
+compare, validate-evidence, report."""
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -177,3 +179,31 @@ def report(run: str, results: str = "results") -> None:
     run_dir = resolve_run(run, results)
     build(run_dir, run_dir / "report.html", run_dir / "report")
     console.print(f"wrote {run_dir / 'report.html'}")
+
+
+def evidence(action: str, path: str) -> int:
+    if action != "validate":
+        print(f"evotrainer evidence: unknown action {action!r}; use `evotrainer evidence validate FILE`", file=sys.stderr)
+        return 2
+    return validate_evidence(path)
+
+
+def print_config(overrides: list[str] | None = None) -> int:
+    """`evotrainer config [overrides...]`: the composed config as YAML, or the error naming the key."""
+    from evotrainer.config import ConfigError, compose, to_yaml
+
+    try:
+        print(to_yaml(compose(overrides or [])), end="")
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    return 0
+
+
+def list_tasks() -> int:
+    """`evotrainer tasks`: every installed task (built in or through the evotrainer.tasks entry points)."""
+    from evotrainer.tasks import describe
+
+    for name, line in describe().items():
+        print(f"{name:16s} {line}")
+    return 0

@@ -1,175 +1,126 @@
-"""`evotrainer` command line. `evotrainer stage <name>` is what the Snakemake rules call; the other
-commands are for people (config check, lineage)."""
+"""`evotrainer` command line: one command table. `evotrainer stage <name>` is what the Snakemake rules
+call; the other commands are for people (config check, tasks, status, show, lineage, compare, report,
+evidence validate, the human-gate decisions)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from evotrainer.loading import load_object
 
 
-def _stage_parser(sub) -> None:
+@dataclass(frozen=True)
+class Command:
+    """One command: its options (``name`` required, ``name?`` optional, ``name:int`` an integer,
+    ``name+`` one or more, ``=name`` positional, ``name>dest`` passed as ``dest``) and what it runs
+    (``"module:function"``, called with the parsed options as keyword arguments, dashes as underscores;
+    ``--config`` is passed as ``config_path``)."""
+
+    entry: str
+    options: tuple[str, ...] = ()
+    help: str = ""
+
+    def add_to(self, sub, name: str) -> None:
+        parser = sub.add_parser(name, help=self.help)
+        for spec in self.options:
+            positional = spec.startswith("=")
+            spec, _, dest = spec.lstrip("=").partition(">")
+            spec, _, kind = spec.partition(":")
+            optional, many = spec.endswith("?") or kind.endswith("?"), "+" in spec
+            option = spec.rstrip("?+")
+            dest = dest or ("config_path" if option == "config" else option.replace("-", "_"))
+            kwargs: dict = {"type": int} if kind.rstrip("?") == "int" else {}
+            if positional:
+                nargs = ("*" if optional else "+") if many else ("?" if optional else None)
+                parser.add_argument(dest, nargs=nargs, **kwargs)
+            else:
+                parser.add_argument(f"--{option}", dest=dest, required=not optional, default=None,
+                                    nargs="+" if many else None, **kwargs)
+        parser.set_defaults(_entry=self.entry)
+
+
+# the Snakemake rules' entry points: evotrainer.stages.<module>.<function>
+STAGES: dict[str, Command] = {
+    "data": Command("evotrainer.stages.data:run", ("config", "out-dir", "splits+?")),
+    "init": Command("evotrainer.stages.init:run", ("config", "data-dir", "out-policy", "out-harness", "out-sft-log",
+                                                    "out-metrics", "threads:int")),
+    "rollout": Command("evotrainer.stages.rollout:run", ("config", "policy>policy_dir", "harness>harness_dir", "prompts>prompts_path", "out",
+                                                          "generation:int", "threads:int")),
+    "diagnose": Command("evotrainer.stages.diagnose:run", ("config", "rollouts", "harness>harness_dir", "train-log?", "out-parquet",
+                                                            "out-json", "out-md", "generation:int")),
+    "propose": Command("evotrainer.stages.propose:run", ("config", "diagnosis>diagnosis_json", "harness>harness_dir", "lineage+?>lineage_parts", "out-dir",
+                                                          "generation:int")),
+    "replay": Command("evotrainer.stages.replay:run", ("config", "rollouts", "harness>parent_harness", "candidate>candidate_dir",
+                                                        "pool>pool_path", "out", "generation:int", "lineage+?>lineage_parts")),
+    "backtest": Command("evotrainer.stages.backtest:run", (
+        "config", "policy>parent_policy", "harness>parent_harness", "candidate?>candidate_dir", "data-dir",
+        "evidence?>evidence_path", "out-dir", "generation:int", "steps:int",
+        "threads:int", "restarts:int?", "seeds:int?", "replay?")),
+    "train": Command("evotrainer.stages.backtest:train_child", ("job>job_path",), "the supervised training child of a backtest"),
+    "select": Command("evotrainer.stages.select:run", ("config", "candidates>candidates_dir", "backtest-dir", "harness>harness_dir",
+                                                        "out", "out-lineage", "generation:int")),
+    "promote": Command("evotrainer.stages.select:promote", ("selection", "backtest-dir", "out-policy", "out-harness",
+                                                             "out-train-log")),
+    "lineage": Command("evotrainer.stages.select:merge_lineage", ("parts+", "out")),
+    "skills": Command("evotrainer.stages.skills:run", ("config", "run-dir", "selection", "diagnosis", "candidates>candidates_dir", "out",
+                                                        "generation:int")),
+    "gate": Command("evotrainer.search.approvals:gate_stage", ("config", "run-dir", "generation:int", "stage>stage_name",
+                                                                "out", "log?")),
+    "evaluate": Command("evotrainer.stages.evaluate:run", ("config", "policy>policy_dir", "harness>harness_dir", "test>test_path", "out-json",
+                                                            "out-rollouts", "arm", "threads:int")),
+    "report": Command("evotrainer.report.html:build", ("run-dir", "out-html", "figures-dir")),
+    "headline": Command("evotrainer.report.headline:run", ("summaries+", "out-json", "out-png")),
+    "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
+                                                          "baseline-metrics?", "lineage>lineage_path", "out-json", "out-md")),
+}
+
+# the commands people type
+COMMANDS: dict[str, Command] = {
+    "config": Command("evotrainer.cli.inspect:print_config", ("=overrides+?",),
+                      "compose and validate the config; print it as YAML (or the error)"),
+    "tasks": Command("evotrainer.cli.inspect:list_tasks", (), "the installed tasks, one line each"),
+    "status": Command("evotrainer.cli.inspect:status", ("=run", "results?"), "generations, running jobs, best so far"),
+    "show": Command("evotrainer.cli.inspect:show", ("=run", "=generation:int", "results?"),
+                    "one generation: findings, candidates, verdicts"),
+    "lineage": Command("evotrainer.cli.inspect:lineage", ("=run", "results?"), "every candidate tried"),
+    "compare": Command("evotrainer.cli.inspect:compare", ("=run-a", "=run-b", "results?"), "two finished runs side by side"),
+    "report": Command("evotrainer.cli.inspect:report", ("=run", "results?"), "regenerate results/<run>/report.html"),
+    "diff-runs": Command("evotrainer.report.artifacts_diff:main", ("=run-a", "=run-b"),
+                         "two run directories field by field (evidence, train logs, lineage, metrics)"),
+    "evidence": Command("evotrainer.cli.inspect:evidence", ("=action", "=path"),
+                        "`evidence validate FILE`: check a parquet file against the evidence schema"),
+    "approve": Command("evotrainer.cli.gates:approve", ("=run", "=generation:int", "=stage", "by?", "results?"),
+                       "pass a human gate; then rerun the snakemake command"),
+    "revise": Command("evotrainer.cli.gates:revise", ("=run", "=generation:int", "=stage", "=feedback", "by?", "results?"),
+                      "redo a gated stage with feedback for the agent; then rerun snakemake"),
+    "abort": Command("evotrainer.cli.gates:abort", ("=run", "=reason?", "by?", "results?"),
+                     "stop a run at its pending (or next) human gate"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="evotrainer", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
     stage = sub.add_parser("stage", help="run one workflow stage (called by the Snakemake rules)")
-    ss = stage.add_subparsers(dest="stage", required=True)
-
-    def add(name, *args):
-        p = ss.add_parser(name)
-        p.add_argument("--config", required=True, help="resolved run config (results/<run>/config.yaml)")
-        for a in args:
-            p.add_argument(f"--{a}", required=a not in ("train-log", "evidence", "candidate", "baseline-test", "baseline-metrics"))
-        return p
-
-    p = add("data", "out-dir")
-    p.add_argument("--splits", nargs="+", default=["train", "val", "probe"])
-    add("init", "data-dir", "out-policy", "out-harness", "out-sft-log", "out-metrics", "threads")
-    add("rollout", "policy", "harness", "prompts", "out", "generation", "threads")
-    add("diagnose", "rollouts", "harness", "train-log", "out-parquet", "out-json", "out-md", "generation")
-    add("propose", "diagnosis", "harness", "lineage", "out-dir", "generation")
-    p = add("backtest", "policy", "harness", "candidate", "data-dir", "evidence", "out-dir", "generation", "steps", "threads")
-    p.add_argument("--restarts", type=int, default=1)
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--replay", default=None)
-    add("replay", "rollouts", "harness", "candidate", "pool", "out", "generation")
-    add("select", "candidates", "backtest-dir", "harness", "lineage", "out", "generation")
-    add("promote", "selection", "backtest-dir", "out-policy", "out-harness", "out-train-log")
-    add("skills", "run-dir", "selection", "diagnosis", "candidates", "out", "generation")
-    p = add("gate", "run-dir", "generation", "out")
-    p.add_argument("--stage", dest="stage_name", required=True)
-    p.add_argument("--log", default=None)
-    add("evaluate", "policy", "harness", "test", "out-json", "out-rollouts", "arm", "threads")
-    p = ss.add_parser("report")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--out-html", required=True)
-    p.add_argument("--figures-dir", required=True)
-    p = ss.add_parser("headline")
-    p.add_argument("--summaries", nargs="+", required=True)
-    p.add_argument("--out-json", required=True)
-    p.add_argument("--out-png", required=True)
-    p = add("summary", "init-metrics", "evolved-test", "baseline-test", "baseline-metrics", "lineage", "out-json", "out-md")
-    p.add_argument("--selections", nargs="+", required=True)
-
-
-def _run_stage(a: argparse.Namespace) -> int | None:
-    from evotrainer import runtime  # noqa: F401  (offline env vars before any HF import)
-
-    if a.stage == "data":
-        from evotrainer.stages import data
-        data.run(a.config, a.out_dir, a.splits)
-    elif a.stage == "init":
-        from evotrainer.stages import init
-        init.run(a.config, a.data_dir, a.out_policy, a.out_harness, a.out_sft_log, a.out_metrics, int(a.threads))
-    elif a.stage == "rollout":
-        from evotrainer.stages import rollout
-        rollout.run(a.config, a.policy, a.harness, a.prompts, a.out, int(a.generation), int(a.threads))
-    elif a.stage == "diagnose":
-        from evotrainer.stages import diagnose
-        diagnose.run(a.config, a.rollouts, a.harness, a.train_log, a.out_parquet, a.out_json, a.out_md, int(a.generation))
-    elif a.stage == "propose":
-        from evotrainer.stages import propose
-        propose.run(a.config, a.diagnosis, a.harness, a.lineage, a.out_dir, int(a.generation))
-    elif a.stage == "backtest":
-        from evotrainer.stages import backtest
-        backtest.run(a.config, a.policy, a.harness, a.candidate, a.data_dir, a.evidence, a.out_dir,
-                     int(a.generation), int(a.steps), int(a.threads), restarts=a.restarts, seeds=a.seeds, replay=a.replay)
-    elif a.stage == "replay":
-        from evotrainer.stages import replay
-        replay.run(a.config, a.rollouts, a.harness, a.candidate, a.pool, a.out, int(a.generation))
-    elif a.stage == "select":
-        from evotrainer.contracts.harness import harness_id
-        from evotrainer.stages import select
-        select.run(a.config, a.candidates, a.backtest_dir, harness_id(a.harness), a.lineage, a.out, int(a.generation))
-    elif a.stage == "skills":
-        from evotrainer.stages import skills
-        skills.run(a.config, a.run_dir, a.selection, a.diagnosis, a.candidates, a.out, int(a.generation))
-    elif a.stage == "gate":
-        from evotrainer.search import approvals
-        from evotrainer.stages.common import config
-        return approvals.run_gate(config(a.config), a.run_dir, int(a.generation), a.stage_name, a.out, a.log)
-    elif a.stage == "promote":
-        from evotrainer.stages import select
-        select.promote(a.selection, a.backtest_dir, a.out_policy, a.out_harness, a.out_train_log)
-    elif a.stage == "evaluate":
-        from evotrainer.stages import evaluate
-        evaluate.run(a.config, a.policy, a.harness, a.test, a.out_json, a.out_rollouts, a.arm, int(a.threads))
-    elif a.stage == "report":
-        from evotrainer.report.html import build
-        build(a.run_dir, a.out_html, a.figures_dir)
-    elif a.stage == "headline":
-        from evotrainer.report import headline
-        headline.run(a.summaries, a.out_json, a.out_png)
-    elif a.stage == "summary":
-        from evotrainer.stages import summary
-        summary.run(a.init_metrics, a.selections, a.evolved_test, a.baseline_test, a.baseline_metrics, a.lineage,
-                    a.out_json, a.out_md)
-
-
-def _gate_parsers(sub) -> None:
-    """Human gates (evotrainer.search.approvals): decide at a gate where the workflow stopped."""
-    for name, text in (("approve", "pass a human gate; then rerun the snakemake command"),
-                       ("revise", "redo a gated stage with feedback for the agent; then rerun snakemake")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("run", help="run name (under --results) or run directory")
-        p.add_argument("generation", type=int)
-        p.add_argument("stage", help="diagnosis | propose | backtest | select (after_ prefix optional)")
-        if name == "revise":
-            p.add_argument("feedback", help="what the agent should do differently")
-        p.add_argument("--by", default=None, help="who decides (default: the login name)")
-        p.add_argument("--results", default="results")
-    p = sub.add_parser("abort", help="stop a run at its pending (or next) human gate")
-    p.add_argument("run")
-    p.add_argument("reason", nargs="?", default=None)
-    p.add_argument("--by", default=None)
-    p.add_argument("--results", default="results")
+    stages = stage.add_subparsers(dest="stage", required=True)
+    for name, command in STAGES.items():
+        command.add_to(stages, name)
+    for name, command in COMMANDS.items():
+        command.add_to(sub, name)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="evotrainer", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _stage_parser(sub)
-    cfg = sub.add_parser("config", help="compose and validate the config; print it as YAML")
-    cfg.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=quick search.generations=5")
-    for name, text in (("status", "generations, running jobs, best so far"), ("lineage", "every candidate tried"),
-                       ("report", "regenerate results/<run>/report.html")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("run", help="run name (under --results) or run directory")
-        p.add_argument("--results", default="results")
-    _gate_parsers(sub)
-    p = sub.add_parser("show", help="one generation: findings, candidates, verdicts")
-    p.add_argument("run")
-    p.add_argument("generation", type=int)
-    p.add_argument("--results", default="results")
-    p = sub.add_parser("compare", help="two finished runs side by side")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
-    p.add_argument("--results", default="results")
-    ev = sub.add_parser("evidence", help="the rollout evidence contract")
-    ev_sub = ev.add_subparsers(dest="evidence_command", required=True)
-    p = ev_sub.add_parser("validate", help="check a parquet file against the evidence schema")
-    p.add_argument("file")
-    a = parser.parse_args(argv)
-    if a.command == "stage":
-        return _run_stage(a) or 0
-    if a.command == "config":
-        from evotrainer.config import ConfigError, compose, to_yaml
-        try:
-            print(to_yaml(compose(a.overrides)), end="")
-        except ConfigError as err:
-            print(err, file=sys.stderr)
-            return 2
-        return 0
-    from evotrainer.cli import inspect as inspect_cli
+    args = vars(parser().parse_args(argv))
+    for key in ("command", "stage"):
+        args.pop(key, None)
+    entry: Callable = load_object(args.pop("_entry"))
+    from evotrainer import runtime  # noqa: F401  (offline env vars before any HF import)
 
-    if a.command in ("approve", "revise", "abort"):
-        from evotrainer.cli import gates as gate_cli
-        return gate_cli.main(a)
-    if a.command == "evidence":
-        return inspect_cli.validate_evidence(a.file)
-    if a.command == "show":
-        inspect_cli.show(a.run, a.generation, a.results)
-    elif a.command == "compare":
-        inspect_cli.compare(a.run_a, a.run_b, a.results)
-    else:
-        getattr(inspect_cli, a.command)(a.run, a.results)
-    return 0
+    return int(entry(**{k: v for k, v in args.items() if v is not None}) or 0)
 
 
 if __name__ == "__main__":

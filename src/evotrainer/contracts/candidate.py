@@ -92,42 +92,59 @@ def apply_diff(harness_dir: str | Path, diff_text: str, dest: str | Path) -> Pat
 
 
 _IMPORT_PROBE = """
-import importlib.util, sys
-path, func = sys.argv[1], sys.argv[2]
-spec = importlib.util.spec_from_file_location("candidate_module", path)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-if not callable(getattr(module, func, None)):
-    sys.exit(f"{path} does not define a callable '{func}'")
+import importlib.util, pathlib, sys
+import numpy, pandas  # loaded before the guard, as in the sandbox worker (numpy loads ctypes)
+from evotrainer.sandbox.worker import install_guard
+install_guard(pathlib.Path.cwd())
+for path, func in zip(sys.argv[1::2], sys.argv[2::2]):
+    print("importing", path, file=sys.stderr, flush=True)
+    spec = importlib.util.spec_from_file_location("candidate_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, func, None)):
+        sys.exit(f"{path} does not define a callable '{func}'")
 """
 
 
-def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0) -> None:
-    """Raise CandidateError (with its label) if the harness breaks the contract."""
-    harness_dir = Path(harness_dir).resolve()  # the import probe runs in another working directory
+def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isolation: str | None = None) -> None:
+    """Raise CandidateError (with its label) if the harness breaks the contract.
+
+    The import probe runs the candidate's module-level code in the sandbox (evotrainer.sandbox.runner:
+    OS isolation where available, a scrubbed environment without credentials, rlimits, the audit hook).
+    """
+    from evotrainer.sandbox.runner import Limits, SandboxError, run_isolated, sandbox_dirs
+
+    harness_dir = Path(harness_dir).resolve()
     try:
         check_layout(harness_dir)
         load_recipe(harness_dir)
     except HarnessError as err:
         raise CandidateError(str(err), err.label) from err
-    for name, func in REQUIRED_FUNCTIONS.items():
+    for name in REQUIRED_FUNCTIONS:
         path = harness_dir / name
         source = path.read_bytes()
         try:
             ast.parse(source.decode("utf-8"), filename=str(path))
         except (SyntaxError, UnicodeDecodeError) as err:
             raise CandidateError(f"{path}: does not parse: {err}", "syntax_error") from err
-        try:
-            result = subprocess.run(
-                [sys.executable, "-I", "-c", _IMPORT_PROBE, str(path), func],
-                capture_output=True, text=True, timeout=import_timeout_s,
-                cwd=tempfile.gettempdir(),
-            )
-        except subprocess.TimeoutExpired as err:
-            raise CandidateError(f"{path}: import did not finish within {import_timeout_s:.0f} s", "sandbox_timeout") from err
-        if result.returncode != 0:
-            tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise CandidateError(f"{path}: import failed: {tail}", "import_error")
+    try:
+        with sandbox_dirs(harness_dir) as (work, staged):
+            probe = [arg for name, func in REQUIRED_FUNCTIONS.items() for arg in (str(staged / name), func)]
+            try:
+                result = run_isolated([sys.executable, "-I", "-c", _IMPORT_PROBE, *probe], workdir=work,
+                                      readable=[staged], limits=Limits(timeout_s=import_timeout_s),
+                                      isolation=isolation)
+            except SandboxError as err:
+                raise CandidateError(f"{harness_dir}: import did not finish within {import_timeout_s:.0f} s",
+                                     err.label) from err
+            lines = [line.replace(str(staged), str(harness_dir)) for line in result.stderr.strip().splitlines()]
+    except SandboxError as err:  # a symlinked harness file
+        raise CandidateError(str(err), "forbidden_path") from err
+    if result.returncode != 0:
+        started = [line.split(" ", 1)[1] for line in lines if line.startswith("importing ")]
+        where = started[-1] if started else str(harness_dir)
+        label = "sandbox_violation" if any("SandboxViolation" in line for line in lines[-3:]) else "import_error"
+        raise CandidateError(f"{where}: import failed: {(lines or ['(no output)'])[-1]}", label)
 
 
 def validate(harness_dir: str | Path, diff_text: str) -> dict:

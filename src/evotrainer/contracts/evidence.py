@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evotrainer.atomic import write_parquet
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"  # 2.0: difficulty is generic; failure_category, task_fields, termination
 COMPONENT_PREFIX = "rc_"
 
 REQUIRED = pa.schema(
@@ -51,10 +52,30 @@ OPTIONAL = pa.schema(
         ("difficulty", pa.int64()),
         ("turns", pa.int64()),
         ("tool_calls", pa.int64()),
+        # the task's verdict beyond correct: a generic failure label (null when correct) and the domain's
+        # own fields as a JSON object (code: passed/total tests; agentic: per-episode statistics)
+        ("failure_category", pa.string()),
+        ("task_fields", pa.string()),
+        ("termination", pa.string()),  # multi-turn episodes: submitted | max_turns | invalid_action | timeout
     ]
 )
 
 FINISH_REASONS = ("eos", "length")
+# A GRPO group is dead when its rewards do not vary (std below this): every advantage is zero, so it
+# carries no gradient. The one definition (training, replay, agent tools); harness diagnostics, which
+# are evolvable code, keep their own copy.
+DEAD_GROUP_STD = 1e-6
+
+
+def alive_groups(grouped_rewards: np.ndarray) -> np.ndarray:
+    """[groups, group_size] rewards -> [groups] True where the rewards vary (the group has a gradient)."""
+    return np.asarray(grouped_rewards, dtype=float).std(axis=1) > DEAD_GROUP_STD
+
+
+def dead_group_ratio(frame: pd.DataFrame, column: str = "reward") -> float:
+    """Share of an evidence table's groups (group_id) whose ``column`` does not vary."""
+    std = frame.groupby("group_id")[column].std(ddof=0)
+    return float((std <= DEAD_GROUP_STD).mean()) if len(std) else 0.0
 
 
 class EvidenceError(ValueError):

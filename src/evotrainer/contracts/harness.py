@@ -9,8 +9,7 @@ so that every candidate and the baseline train for the same number of steps.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -19,7 +18,7 @@ from typing import Any
 import yaml
 
 HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")
-DEFAULT_HARNESS = Path(__file__).parent / "default_harness"
+DEFAULT_HARNESS = Path(__file__).parents[1] / "default_harness"
 
 
 class HarnessError(ValueError):
@@ -51,6 +50,8 @@ class Field:
             value = _number_or_none(value) if _number_or_none(value) is not None else value  # YAML 1.1 reads 1e-4 as a string
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise HarnessError(f"{where}: '{key}' must be a number ({self.kind.__name__}), got {value!r}")
+        if not math.isfinite(value):  # YAML .nan / .inf / -.inf, or the strings "nan" / "inf"
+            raise HarnessError(f"{where}: '{key}' must be a finite number, got {value!r}")
         if self.kind is int and not float(value).is_integer():
             raise HarnessError(f"{where}: '{key}' must be an integer, got {value!r}")
         value = self.kind(value)
@@ -79,7 +80,7 @@ RECIPE_SCHEMA: dict[str, Field] = {
     "norm_adv_by_std": Field(bool, help="divide group advantages by the group std (GRPO) or not (Dr. GRPO)"),
     "temperature": Field(float, 0.1, 2.0, help="sampling temperature"),
     "top_p": Field(float, 0.05, 1.0, help="nucleus sampling"),
-    "max_response_len": Field(int, 1, 64, help="tokens per response; longer ones are truncated"),
+    "max_response_len": Field(int, 1, 4096, help="tokens per response; longer ones are truncated (the task caps it too)"),
     "dynamic_sampling": Field(bool, help="drop zero-variance groups and refill the batch (DAPO)"),
     "dynamic_sampling_max_batches": Field(int, 1, 16, help="sampling rounds per step when refilling"),
     "overlong_buffer": Field(int, 0, 64, help="soft overlong penalty over the last N tokens; 0 = off"),
@@ -111,16 +112,13 @@ def load_recipe(harness_dir: str | Path) -> dict[str, Any]:
 
 
 def load_module(harness_dir: str | Path, name: str) -> ModuleType:
-    """Import ``<harness_dir>/<name>.py`` under a module name unique to that directory."""
-    path = Path(harness_dir) / f"{name}.py"
-    unique = f"evotrainer_harness_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]}_{name}"
-    spec = importlib.util.spec_from_file_location(unique, path)
-    if spec is None or spec.loader is None:
-        raise HarnessError(f"{path}: cannot be imported", label="import_error")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[unique] = module
-    spec.loader.exec_module(module)
-    return module
+    """Import ``<harness_dir>/<name>.py`` (candidate code: only the sandbox worker calls this)."""
+    from evotrainer.loading import load_file_module
+
+    try:
+        return load_file_module(Path(harness_dir) / f"{name}.py", prefix="evotrainer_harness")
+    except ImportError as err:
+        raise HarnessError(str(err), label="import_error") from err
 
 
 def harness_id(harness_dir: str | Path) -> str:
@@ -138,3 +136,39 @@ def check_layout(harness_dir: str | Path) -> None:
     missing = [name for name in HARNESS_FILES if not (harness_dir / name).is_file()]
     if missing:
         raise HarnessError(f"{harness_dir}: harness is missing {missing}; a harness needs {list(HARNESS_FILES)}")
+
+
+# ---- the reward contract: the one loop that calls a harness reward over a batch -------------------------
+# A reward row is {"data_source", "solution_str", "ground_truth", "extra_info"}: verl's compute_score
+# arguments. In-process scoring and the sandboxed reward worker both call score_rows, so a reward means
+# the same thing wherever it runs.
+def score_rows(compute_score, rows: list[dict]) -> tuple[list[float], dict[str, list[float]]]:
+    """Call ``compute_score`` per row; a dict result's keys other than "score" are reward components
+    (0.0 where a row did not return that key). Raises ValueError on a non-finite or non-numeric score."""
+    scores: list[float] = []
+    components: dict[str, list[float]] = {}
+    for i, row in enumerate(rows):
+        out = compute_score(row["data_source"], row["solution_str"], row["ground_truth"], row.get("extra_info"))
+        if isinstance(out, dict):
+            if "score" not in out:
+                raise ValueError(f"reward returned a dict without 'score' (keys: {sorted(out)})")
+            for key, value in out.items():
+                if key != "score":
+                    if key not in components:  # not setdefault: its default would be built every row
+                        components[str(key)] = [0.0] * len(rows)
+                    components[str(key)][i] = _finite(value, f"component {key!r}")
+            out = out["score"]
+        scores.append(_finite(out, "score"))
+    return scores, components
+
+
+def _finite(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        try:  # numpy scalars
+            value = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"reward {what} must be a number, got {type(value).__name__}") from None
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"reward {what} must be finite, got {value}")
+    return value

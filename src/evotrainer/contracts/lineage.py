@@ -1,5 +1,7 @@
-"""The lineage contract: one row per candidate ever backtested in a run, append-only by
-(generation, candidate_id): rerunning a generation's select replaces its rows, never duplicates."""
+"""The lineage contract: one row per candidate ever backtested in a run. Each generation's select writes
+its own rows to ``gen<g>/lineage.parquet`` (rerunning a generation replaces its file, never duplicates);
+the run's ``lineage.parquet`` that people read is merged from those files by its own rule, and a
+stage that needs earlier generations reads their files, declared as its inputs."""
 
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ SCHEMA = pa.schema(
         ("failure_label", pa.string()),
         ("error", pa.string()),
         ("evidence", pa.string()),  # JSON: the validity gates' results or the diagnostic backtest's
+        ("compute", pa.string()),  # JSON: the backtest's compute (responses, tokens, steps, seconds)
         ("recorded_at", pa.float64()),
     ]
 )
@@ -61,27 +64,36 @@ def empty() -> pd.DataFrame:
     return SCHEMA.empty_table().to_pandas()
 
 
-def read(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
+def read(paths: str | Path | list[str | Path] | tuple) -> pd.DataFrame:
+    """One lineage file, or several (generation files) concatenated; missing files read as empty."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    frames = [pq.read_table(p).to_pandas() for p in map(Path, paths) if p.exists()]
+    frames = [_with_all_columns(f) for f in frames if len(f)]
+    if not frames:
         return empty()
-    return pq.read_table(path).to_pandas()
+    table = pd.concat(frames, ignore_index=True)
+    return table.sort_values(["generation", "candidate_id"], kind="stable").reset_index(drop=True)
 
 
-def upsert_generation(path: str | Path, rows: pd.DataFrame) -> pd.DataFrame:
-    """Replace the rows of this (run, generation) and write the table atomically."""
+def _with_all_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    for name in SCHEMA.names:  # tables written before a column existed read with it empty
+        if name not in frame:
+            frame[name] = None
+    return frame[SCHEMA.names]
+
+
+def write_generation(path: str | Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """Write one generation's rows (its own file) atomically."""
     bad = set(rows["verdict"]) - set(VERDICTS)
     if bad:
         raise ValueError(f"lineage: unknown verdict(s) {sorted(bad)}; allowed {VERDICTS}")
-    current = read(path)
-    for name in SCHEMA.names:  # tables written before a column existed read with it empty
-        if name not in current:
-            current[name] = None
-        if name not in rows:
-            rows = rows.assign(**{name: None})
-    keys = set(zip(rows["run"], rows["generation"], strict=True))
-    keep = current[[(r, g) not in keys for r, g in zip(current["run"], current["generation"], strict=True)]]
-    table = pd.concat([keep, rows[SCHEMA.names]], ignore_index=True) if len(keep) else rows[SCHEMA.names]
-    table = table.sort_values(["generation", "candidate_id"], kind="stable").reset_index(drop=True)
-    write_parquet(path, pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False))
-    return table
+    rows = _with_all_columns(rows.copy()).sort_values("candidate_id", kind="stable").reset_index(drop=True)
+    write_parquet(path, pa.Table.from_pandas(rows, schema=SCHEMA, preserve_index=False))
+    return rows
+
+
+def merge(parts: list[str], out: str) -> None:
+    """The run's lineage.parquet from its generation files (rule `lineage`)."""
+    table = read(list(parts))
+    write_parquet(out, pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False))

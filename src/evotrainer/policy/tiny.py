@@ -1,5 +1,7 @@
 """The embedded default policy: a small Llama-style causal LM with a character tokenizer, both
-built in code (nothing is downloaded) and saved as a normal Hugging Face model directory."""
+built in code (nothing is downloaded) and saved as a normal Hugging Face model directory.
+
+``load_policy`` loads any Hugging Face causal LM directory (this one, qwen2_tiny, or a real checkpoint)."""
 
 from __future__ import annotations
 
@@ -9,17 +11,20 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from evotrainer.policy.chat import PLAIN_CHAT_TEMPLATE
+
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = list("0123456789+-*= ")
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character; its chat template renders BOS + the user's message verbatim."""
     vocab = {token: i for i, token in enumerate(SPECIALS + CHARS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     # one token per character; Fuse joins them back without the spaces WordLevel would insert
     core.pre_tokenizer = pre_tokenizers.Split(pattern=Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token="<bos>",
         eos_token="<eos>",
@@ -27,6 +32,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         unk_token="<unk>",
         padding_side="left",
     )
+    tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
+    return tokenizer
 
 
 def build_model(
@@ -72,6 +79,8 @@ def load_policy(path: str | Path, device: str = "cpu"):
         raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:  # many chat tokenizers define none; padding is always masked
+        tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
     return model, tokenizer
 

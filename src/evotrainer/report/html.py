@@ -19,8 +19,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from evotrainer.contracts import lineage as lineage_contract  # noqa: E402
+from evotrainer.agents import calls as agent_calls  # noqa: E402
 from evotrainer.atomic import atomic_path, write_text  # noqa: E402
+from evotrainer.contracts import lineage as lineage_contract  # noqa: E402
 
 SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "agent-cost")
 VERDICT_COLOURS = {"promoted": "#2e7d32", "kept": "#1565c0", "rejected": "#9e9e9e", "failed": "#c62828",
@@ -237,12 +238,14 @@ def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | N
                 tmp.write_bytes(png)
     lineage_cols = ["generation", "candidate_id", "intervention", "hypothesis", "val_accuracy", "delta_vs_control",
                     "verdict", "failure_label"]
-    calls = data.dir / "agent_calls.parquet"
-    if calls.exists():
-        cost = pd.read_parquet(calls)
-        agent_html = _table(cost.describe().reset_index())
+    agent = agent_calls.summarize(data.dir)  # every gen*/candidates/agent_calls.parquet
+    if agent["calls"]:
+        agent_html = (f"<p>{agent['calls']} API call(s) ({html.escape(', '.join(agent['models']))}), "
+                      f"{agent['failed_calls']} failed; {agent['input_tokens'] + agent['cache_read_tokens'] + agent['cache_creation_tokens']}"
+                      f" input and {agent['output_tokens']} output tokens; estimated cost ${agent['cost_usd']:.4f}.</p>"
+                      + _table(agent_calls.summary_table(agent)))
     else:
-        agent_html = "<p>The offline <code>heuristic</code> agent made no API calls: no agent cost.</p>"
+        agent_html = "<p>The agent made no API calls in this run (the offline <code>heuristic</code> agent): no agent cost.</p>"
     gens = pd.DataFrame([{k: s[k] for k in ("generation", "promoted", "intervention", "control_val_accuracy",
                                               "promoted_val_accuracy", "gain_vs_control", "reason")} for s in data.selections])
     test_rows = [{"arm": "evolved", **(data.evolved_test or {})}, {"arm": "baseline", **(data.baseline_test or {})}]

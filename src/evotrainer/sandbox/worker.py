@@ -11,8 +11,13 @@ from pathlib import Path
 
 EXIT_VIOLATION, EXIT_MEMORY = 3, 4
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_FORBIDDEN_EVENTS = {"socket.connect", "socket.bind", "socket.getaddrinfo", "subprocess.Popen", "os.system",
-                     "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "pty.spawn"}
+_FORBIDDEN_EVENTS = {"socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto", "socket.sendmsg",
+                     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                     "os.forkpty", "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "os.symlink",
+                     "os.link"}
+_PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.truncate", "os.chmod",
+                "os.chown", "os.utime"}
+_CTYPES = ("ctypes", "_ctypes")
 
 
 class SandboxViolation(PermissionError):
@@ -20,9 +25,22 @@ class SandboxViolation(PermissionError):
 
 
 def install_guard(workdir: Path) -> None:
+    """Second layer: a seccomp filter (isolation.apply_seccomp), then an audit hook refusing writes outside
+    ``workdir``, links, sockets, processes, signals and ctypes.
+
+    ctypes is dropped from ``sys.modules`` (numpy loads it) so that importing it again raises the
+    ``import`` event, and every ``ctypes.*`` event (calls through ctypes, dlopen, string_at...) is refused.
+    """
+    from evotrainer.sandbox.isolation import apply_seccomp
+
+    apply_seccomp()  # before the hook: it needs ctypes, which the hook refuses
     root = str(workdir.resolve())
+    for name in [m for m in sys.modules if m.split(".")[0] in _CTYPES]:
+        del sys.modules[name]
 
     def writable(path) -> bool:
+        if isinstance(path, int):
+            return True  # an fd: opening it for writing was checked
         try:
             real = os.path.realpath(os.fsdecode(path))
         except (TypeError, ValueError):
@@ -36,11 +54,14 @@ def install_guard(workdir: Path) -> None:
                 isinstance(flags, int) and flags & _WRITE_FLAGS)
             if wants_write and isinstance(path, str | bytes | os.PathLike) and not writable(path):
                 raise SandboxViolation(f"write outside the sandbox directory: {path!r}")
-        elif event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree") and args:
-            if not writable(args[0]):
-                raise SandboxViolation(f"{event} outside the sandbox directory: {args[0]!r}")
-        elif event in _FORBIDDEN_EVENTS:
+        elif event in _PATH_EVENTS and args:
+            for path in args[:2] if event == "os.rename" else args[:1]:  # a rename writes at both ends
+                if not writable(path):
+                    raise SandboxViolation(f"{event} outside the sandbox directory: {path!r}")
+        elif event in _FORBIDDEN_EVENTS or event.startswith("ctypes."):
             raise SandboxViolation(f"{event} is not allowed in harness code")
+        elif event == "import" and args and str(args[0]).split(".")[0] in _CTYPES:
+            raise SandboxViolation("importing ctypes is not allowed in harness code")
 
     sys.addaudithook(hook)
 
@@ -54,27 +75,14 @@ def main() -> int:
 
     install_guard(workdir)
     try:
-        from evotrainer.contracts.harness import load_module
+        from evotrainer.contracts.harness import load_module, score_rows
 
         lazy = set() if "weights" in tasks or "score" in tasks else {"evidence"}  # diagnose streams it itself
         frames = {p.stem[3:]: pd.read_parquet(p) for p in workdir.glob("in_*.parquet") if p.stem[3:] not in lazy}
         blobs = {p.stem[3:]: json.loads(p.read_text()) for p in workdir.glob("in_*.json")}
         if "score" in tasks:
             reward = load_module(harness, "reward").compute_score
-            rows = frames["rows"]
-            scores, components = [], {}
-            for i, (source, response, truth, pid, level) in enumerate(zip(
-                    rows["data_source"], rows["response"], rows["ground_truth"], rows["prompt_id"], rows["level"],
-                    strict=True)):
-                value = reward(source, response, truth, {"prompt_id": pid, "level": int(level)})
-                if isinstance(value, dict):
-                    for key, comp in value.items():
-                        if key != "score":
-                            if key not in components:  # not setdefault: its default would be built every row
-                                components[key] = [0.0] * len(rows)
-                            components[key][i] = float(comp)
-                    value = value["score"]
-                scores.append(float(value))
+            scores, components = score_rows(reward, reward_records(frames["rows"]))
             out = pd.DataFrame({"score": scores} | {f"rc_{k}": v for k, v in components.items()})
             out.to_parquet(workdir / "out_scores.parquet", index=False)
         if "weights" in tasks:
@@ -105,6 +113,21 @@ def main() -> int:
         print("MemoryError", file=sys.stderr)
         return EXIT_MEMORY
     return 0
+
+
+def reward_records(rows) -> list[dict]:
+    """verl's compute_score arguments from a rows frame: data_source, response (or solution_str),
+    ground_truth, an optional JSON ``extra_info`` column, and every other column merged into extra_info."""
+    import json
+
+    text = rows["response"] if "response" in rows else rows["solution_str"]
+    fixed = {"data_source", "response", "solution_str", "ground_truth", "extra_info"}
+    extra = rows[[c for c in rows.columns if c not in fixed]].to_dict(orient="records")
+    given = [json.loads(e) if isinstance(e, str) else dict(e or {}) for e in rows["extra_info"]] \
+        if "extra_info" in rows else [{}] * len(rows)
+    return [{"data_source": source, "solution_str": response, "ground_truth": truth, "extra_info": base | more}
+            for source, response, truth, base, more in zip(rows["data_source"], text, rows["ground_truth"], given,
+                                                           extra, strict=True)]
 
 
 def _jsonable(value):

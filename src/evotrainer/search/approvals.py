@@ -160,6 +160,13 @@ def check(cfg, run_dir: str | Path, generation: int, stage: str) -> dict:
     )
 
 
+def gate_stage(config_path: str, run_dir: str, generation: int, stage_name: str, out: str, log: str | None = None) -> int:
+    """Stage `gate` (see run_gate)."""
+    from evotrainer.config import load
+
+    return run_gate(load(config_path), run_dir, generation, stage_name, out, log)
+
+
 def run_gate(cfg, run_dir: str, generation: int, stage: str, out: str, log: str | None = None) -> int:
     """The `gate` stage: 0 and the pass record written to ``out``, or 1 with the message on stderr."""
     try:

@@ -1,28 +1,48 @@
 """Stage `backtest`: train the parent policy under one candidate harness for the generation's budget
 and score it on val. Also used for the baseline arm (initial harness, whole budget at once).
 
-A candidate that fails validation or crashes in training still gets a metrics.json, with
-status "failed" and its failure label, so the generation goes on. metrics.json is written last:
-its presence means every other file of the backtest is complete.
+This process is the supervisor and the trusted evaluator; it never imports candidate code:
+1. the candidate's diff is checked and applied (a bad one fails here with its label);
+2. training runs in a child process (stage ``train``: the backend gets the sandboxed reward worker and
+   the sandboxed curriculum's weights); a segfault, OOM kill, other signal or a hang (no finished step
+   for ``search.train_hang_s``) fails this candidate with ``train_crash`` / ``oom_killed`` /
+   ``train_timeout``, and the candidate's own sandbox failures keep their labels;
+3. the saved policy is reloaded here and scored on val with the task's ``verify`` (the reward column,
+   which the validity gates read, comes from the sandboxed worker), and sampled on probe prompts as the
+   branch's archived evidence.
+
+A failed candidate still gets a metrics.json with status "failed" and its label, so the generation
+goes on. metrics.json is written last: its presence means every other file of the backtest is complete.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
-from evotrainer import backends
-from evotrainer.contracts import evidence
 from evotrainer import runtime
-from evotrainer.atomic import atomic_dir, copy_tree, read_json, write_json, write_parquet
+from evotrainer.atomic import copy_tree, read_json, write_json, write_parquet
+from evotrainer.backends import TrainJob
+from evotrainer.contracts import evidence
 from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness
-from evotrainer.contracts.harness import harness_id, load_module, load_recipe
-from evotrainer.stages.common import backtest_summary, config, read_split
+from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.stages.common import backtest_summary, config, read_split, task_of
 
-SEED_STRIDE = 7919  # seed offset between the training seeds of one backtest
 EXIT_PROMPTS = 64  # probe prompts sampled (x group size) from the trained policy as the branch's evidence
+_SIGNAL_LABELS = {signal.SIGKILL: "oom_killed", signal.SIGSEGV: "train_crash", signal.SIGABRT: "train_crash",
+                  signal.SIGBUS: "train_crash", signal.SIGILL: "train_crash", signal.SIGFPE: "train_crash"}
+
+
+class TrainingFailed(RuntimeError):
+    def __init__(self, message: str, label: str):
+        super().__init__(message)
+        self.label = label
 
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
@@ -36,22 +56,22 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     out.mkdir(parents=True, exist_ok=True)
     proposal = read_json(Path(candidate_dir) / "proposal.json") if candidate_dir else {"candidate_id": "baseline"}
     base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"], "steps": steps}
+
+    def failed(label: str, error: str, **extra) -> None:
+        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": label, "error": error} | extra)
+
     validation = proposal.get("validation", {"ok": True})
     if not validation["ok"]:
-        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": validation["failure_label"],
-                                                  "error": validation["error"]})
-        return
+        return failed(validation["failure_label"], validation["error"])
     replayed = read_json(replay) if replay else {"status": "ok"}
     if replayed["status"] == "diagnostic":  # a diagnostics-only change: its backtest ran on archived evidence
         result = replayed["diagnostic_backtest"]
         write_json(out / "metrics.json", base | {
             "status": "registered" if result["registered"] else "failed", "failure_label": result["failure_label"],
             "error": None if result["registered"] else result["reason"], "diagnostic_backtest": result})
-        return
+        return None
     if replayed["status"] == "rejected":  # the replay showed it cannot work: no training
-        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": replayed["failure_label"],
-                                                  "error": f"rejected at replay: {replayed['reason']}"})
-        return
+        return failed(replayed["failure_label"], f"rejected at replay: {replayed['reason']}")
     try:
         with tempfile.TemporaryDirectory(prefix="evotrainer-harness-") as scratch:
             diff = ((Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
@@ -60,89 +80,151 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             check_harness(applied)
             copy_tree(applied, out / "harness")
     except CandidateError as err:
-        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": err.label, "error": str(err)})
-        return
+        return failed(err.label, str(err))
+    per_seed = []
     try:
-        per_seed = []
         for seed_index in range(seeds):
             seed_out = out if seed_index == 0 else out / f"seed{seed_index}"
-            per_seed.append(backends.trainer(cfg.trainer.name)(cfg, parent_policy, out / "harness", data_dir, evidence_path, seed_out,
-                                             generation, steps, threads, split_name, restarts, seed_index))
-        metrics = per_seed[0] | {
-            f"{split_name}_accuracy": sum(m[f"{split_name}_accuracy"] for m in per_seed) / seeds,
-            f"{split_name}_accuracy_per_seed": [m[f"{split_name}_accuracy"] for m in per_seed],
-            "seeds": seeds,
-            "train_wall_s": sum(m["train_wall_s"] for m in per_seed),
-            "samples_generated": sum(m["samples_generated"] for m in per_seed),
-        }
-    except Exception as err:  # a crash in candidate code or training fails this candidate only
-        (out / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": "train_crash",
-                                                  "error": f"{type(err).__name__}: {err}"})
-        return
+            job = TrainJob(config=str(config_path), parent_policy=str(parent_policy), harness=str(out / "harness"),
+                           data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
+                           steps=steps, threads=threads, restarts=restarts, seed_index=seed_index)
+            usage = supervise(job, hang_s=cfg.search.train_hang_s)
+            per_seed.append(evaluate_backtest(cfg, job, split_name, usage))
+    except TrainingFailed as err:
+        return failed(err.label, str(err))
+    except Exception as err:  # the sandboxed reward failed while we evaluated: the candidate's fault
+        label = getattr(err, "label", None)
+        if label is None:
+            raise  # a bug in trusted code must not be blamed on a candidate
+        return failed(label, f"{type(err).__name__}: {err}")
+    metrics = per_seed[0] | {
+        f"{split_name}_accuracy": sum(m[f"{split_name}_accuracy"] for m in per_seed) / seeds,
+        f"{split_name}_accuracy_per_seed": [m[f"{split_name}_accuracy"] for m in per_seed],
+        "seeds": seeds,
+        "train_wall_s": sum(m["train_wall_s"] for m in per_seed),
+        "samples_generated": sum(m["samples_generated"] for m in per_seed),
+        "compute": {key: sum(m["compute"][key] for m in per_seed) for key in per_seed[0]["compute"]},
+    }
     write_json(out / "metrics.json", base | {"status": "ok", "failure_label": None, "error": None} | metrics)
+    return None
 
 
-def _train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_path, out: Path, generation: int,
-                     steps: int, threads: int, split_name: str, restarts: int, seed_index: int = 0) -> dict:
-    device = runtime.setup_torch(threads, cfg.trainer.device)
+def supervise(job: TrainJob, hang_s: float) -> dict:
+    """Run the training child and watch it; returns its resource usage, raises TrainingFailed."""
+    out = Path(job.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("train_result.json", "progress.json"):
+        (out / stale).unlink(missing_ok=True)
+    job.to_json(out / "train_job.json")
+    cmd = [sys.executable, "-m", "evotrainer.cli", "stage", "train", "--job", str(out / "train_job.json")]
+    start = time.time()
+    with open(out / "train.log", "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        last_progress, status, usage = time.time(), None, None
+        while status is None:
+            pid, status_word, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                status = status_word
+                break
+            beat = out / "progress.json"
+            if beat.exists():
+                last_progress = max(last_progress, beat.stat().st_mtime)
+            if time.time() - last_progress > hang_s:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.waitpid(proc.pid, 0)
+                raise TrainingFailed(f"training made no progress for {hang_s:.0f} s (search.train_hang_s); killed. "
+                                     f"See {out / 'train.log'}", "train_timeout")
+            time.sleep(0.2)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    _kill_leftovers(proc.pid)
+    wall = time.time() - start
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        label = _SIGNAL_LABELS.get(sig, "train_crash")
+        hint = " (the kernel's OOM killer sends SIGKILL)" if label == "oom_killed" else ""
+        raise TrainingFailed(f"training died from signal {signal.Signals(sig).name}{hint}; see {out / 'train.log'}", label)
+    result = read_json(out / "train_result.json") if (out / "train_result.json").exists() else None
+    if result is None or result.get("status") != "ok":
+        label = (result or {}).get("failure_label") or "train_crash"
+        error = (result or {}).get("error") or f"training exited with {proc.returncode} and no result; see {out / 'train.log'}"
+        raise TrainingFailed(error, label)
+    return {"train_wall_s": wall, "train_cpu_s": float(usage.ru_utime + usage.ru_stime),
+            "train_max_rss_mb": float(usage.ru_maxrss) / 1024}
+
+
+def _kill_leftovers(pgid: int) -> None:
+    """Nothing the child started (a reward worker, say) outlives it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
+    """Trusted evaluation of a trained policy: val with the task's verify, and the exit rollouts."""
+    device = runtime.setup_torch(job.threads, cfg.trainer.device)
     import pandas as pd
     import torch
 
-    from evotrainer.policy.tiny import load_policy, save_policy
-    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
-    from evotrainer.backends.local.grpo import train
+    from evotrainer.backends.local.scoring import evidence_rows, greedy_rollouts, sample_and_score
+    from evotrainer.policy.tiny import load_policy
+    from evotrainer.sandbox.harness_code import harness_reward
 
-    recipe = load_recipe(harness_dir)
-    reward_fn = load_module(harness_dir, "reward").compute_score
-    pool = read_split(Path(data_dir) / "train.parquet")
-    past = evidence.read(evidence_path) if evidence_path else None
-    weights = load_module(harness_dir, "curriculum").prompt_weights(pool, past)
-    model, tokenizer = load_policy(parent_policy, device)
-    if steps % restarts:
-        raise ValueError(f"steps ({steps}) must divide evenly into {restarts} restarts")
-    # the same seeds for every candidate of a generation: a paired comparison
-    seed = cfg.seed * 1000 + generation + SEED_STRIDE * seed_index
-    start = time.time()
-    logs = []
-    for chunk in range(restarts):
-        chunk_log = train(model, tokenizer, recipe, pool, reward_fn, steps=steps // restarts, seed=seed + chunk,
-                          weights=weights, precision=cfg.trainer.precision)
-        logs.append(chunk_log.assign(step=chunk_log["step"] + chunk * (steps // restarts)))
-    log = pd.concat(logs, ignore_index=True)
-    train_wall = time.time() - start
-    model.eval()
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_dir(out / "policy") as tmp:
-        save_policy(model.cpu(), tokenizer, tmp)
-    write_parquet(out / "train_log.parquet", log)
-
-    # val: greedy answers scored by the task verifier (harness reward also recorded, for the gates)
-    model.to(device)
+    out, harness = Path(job.out), Path(job.harness)
+    log = pd.read_parquet(out / "train_log.parquet")
+    task = task_of(cfg)
+    recipe = load_recipe(harness)
+    seed = runtime.seed_for(cfg.seed, job.generation, job.seed_index)
     eval_start = time.time()
-    val = read_split(Path(data_dir) / f"{split_name}.parquet")
-    greedy_recipe = dict(recipe, temperature=1.0, top_p=1.0)
-    frames = []
-    for start_row in range(0, len(val), cfg.rollout.eval_batch_size):
-        chunk = val.iloc[start_row : start_row + cfg.rollout.eval_batch_size]
-        with runtime.autocast(device, cfg.trainer.precision):
-            repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=greedy_recipe, reward_fn=reward_fn,
-                                               greedy=True, generator=torch.Generator().manual_seed(seed))
-        frames.append(evidence_rows(repeated, batch, group_size=1, run=cfg.run, generation=generation, split=split_name,
-                                    step=steps, policy_id=runtime.policy_id(out / "policy"),
-                                    harness_id=harness_id(harness_dir), seed=seed))
-    val_frame = pd.concat(frames, ignore_index=True)
-    evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
-    # the branch's archived training-style evidence: groups sampled from the final policy under the
-    # candidate's own reward on a fixed probe subset (what an evolved diagnostic is backtested on)
-    probe_path = Path(data_dir) / "probe.parquet"
-    if probe_path.exists():
-        probe = read_split(probe_path).head(EXIT_PROMPTS)
-        repeated, batch = sample_and_score(model, tokenizer, probe, group_size=recipe["group_size"], recipe=recipe,
-                                           reward_fn=reward_fn, generator=torch.Generator().manual_seed(seed + 1))
-        evidence.write(evidence_rows(repeated, batch, group_size=recipe["group_size"], run=cfg.run,
-                                     generation=generation, split="probe", step=steps,
-                                     policy_id=runtime.policy_id(out / "policy"), harness_id=harness_id(harness_dir),
-                                     seed=seed), out / "exit_rollouts.parquet")
-    return backtest_summary(val_frame, log, split_name, restarts=restarts, train_wall=train_wall,
-                            eval_wall=time.time() - eval_start, harness_dir=harness_dir, policy_dir=out / "policy")
+    model, tokenizer = load_policy(out / "policy", device)
+    model.eval()
+    ids = {"policy_id": runtime.policy_id(out / "policy"), "harness_id": harness_id(harness), "seed": seed}
+    with harness_reward(harness, cfg.sandbox) as reward:
+        val_frame = greedy_rollouts(
+            model, tokenizer, read_split(Path(job.data_dir) / f"{split_name}.parquet"), task=task, reward=reward,
+            max_len=recipe["max_response_len"], recipe=recipe, batch_size=cfg.rollout.eval_batch_size,
+            autocast=lambda: runtime.autocast(device, cfg.trainer.precision),
+            run=cfg.run, generation=job.generation, split=split_name, step=job.steps, **ids)
+        evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
+        # the branch's archived training-style evidence: groups sampled from the final policy under the
+        # candidate's own reward on a fixed probe subset (what an evolved diagnostic is backtested on)
+        probe_path = Path(job.data_dir) / "probe.parquet"
+        if probe_path.exists():
+            probe = read_split(probe_path).head(EXIT_PROMPTS)
+            with runtime.autocast(device, cfg.trainer.precision):
+                repeated, batch = sample_and_score(model, tokenizer, probe, group_size=recipe["group_size"], recipe=recipe,
+                                                   reward=reward, task=task, generator=torch.Generator().manual_seed(seed + 1))
+            evidence.write(evidence_rows(repeated, batch, group_size=recipe["group_size"], run=cfg.run,
+                                         generation=job.generation, split="probe", step=job.steps, **ids),
+                           out / "exit_rollouts.parquet")
+    summary = backtest_summary(val_frame, log, split_name, restarts=job.restarts, train_wall=usage["train_wall_s"],
+                               eval_wall=time.time() - eval_start, harness_dir=harness, policy_dir=out / "policy")
+    summary["compute"] |= {"train_cpu_s": usage["train_cpu_s"], "train_max_rss_mb": usage["train_max_rss_mb"]}
+    return summary
+
+
+def train_child(job_path: str) -> int:
+    """Stage `train` (the supervised child): the backend trains with the sandboxed reward and curriculum
+    and writes train_log.parquet, policy/ and train_result.json; a sandbox failure keeps its label."""
+    from evotrainer import backends
+    from evotrainer.sandbox.harness_code import curriculum_weights, harness_reward
+
+    job = TrainJob.from_json(job_path)
+    cfg = config(job.config)
+    out = Path(job.out)
+    try:
+        task = task_of(cfg)
+        pool = read_split(Path(job.data_dir) / "train.parquet")
+        past = evidence.read(job.evidence) if job.evidence else None
+        weights = curriculum_weights(job.harness, pool, past, cfg.sandbox)
+        with harness_reward(job.harness, cfg.sandbox) as reward:
+            log = backends.trainer(cfg.trainer.name)(job, reward=reward, task=task, weights=weights)
+        write_parquet(out / "train_log.parquet", log)
+    except Exception as err:
+        label = getattr(err, "label", None) or "train_crash"
+        write_json(out / "train_result.json", {"status": "failed", "failure_label": label,
+                                               "error": f"{type(err).__name__}: {err}"})
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    write_json(out / "train_result.json", {"status": "ok"})
+    return 0

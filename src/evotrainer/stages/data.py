@@ -1,19 +1,19 @@
-"""Stage `data`: seeded splits of the task (each split from its own seeded generator)."""
+"""Stage `data`: the task's seeded splits (each split from its own seeded generator or file)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from evotrainer.atomic import write_parquet
-from evotrainer.stages.common import config
-from evotrainer.tasks.arithmetic import Level, make_splits
+from evotrainer.contracts.task import check_split
+from evotrainer.stages.common import config, task_of
 
 
-def run(config_path: str, out_dir: str, splits: list[str]) -> None:
+def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None:
     """Write the named splits. The workflow makes train/val/probe up front and the test split only
     after the loop has finished (rule heldout), so nothing before evaluation can read it."""
     cfg = config(config_path)
-    levels = [Level(lv.operands, lv.max_value, lv.weight) for lv in cfg.task.levels]
+    splits = splits or ["train", "val", "probe"]
     sizes = {split: cfg.task.sizes[split] for split in splits}
-    for split, frame in make_splits(levels, sizes, cfg.task.ops, cfg.task.seed).items():
-        write_parquet(Path(out_dir) / f"{split}.parquet", frame)
+    for split, frame in task_of(cfg).splits(sizes, cfg.task.seed).items():
+        write_parquet(Path(out_dir) / f"{split}.parquet", check_split(frame, f"task {cfg.task.name!r}, split {split!r}"))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from evotrainer.contracts import evidence
 from evotrainer.atomic import write_json, write_parquet, write_text
+from evotrainer.contracts import evidence
 from evotrainer.contracts.evidence_stream import resolve_examples
 from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.sandbox.runner import Limits, run_tasks

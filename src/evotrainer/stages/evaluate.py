@@ -1,47 +1,48 @@
-"""Stage `evaluate`: score a final policy once on the held-out test split (never seen by selection)."""
+"""Stage `evaluate`: score a final policy once on the held-out test split (never seen by selection).
+
+Trusted: correctness is the task's ``verify`` on greedy answers of the saved policy; the harness reward
+(reported beside it) comes from the sandboxed worker."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from evotrainer.contracts import evidence
 from evotrainer import runtime
 from evotrainer.atomic import write_json
-from evotrainer.contracts.harness import harness_id, load_module, load_recipe
-from evotrainer.stages.common import config, read_split
+from evotrainer.contracts import evidence
+from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.stages.common import config, read_split, task_of
 
 
 def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out_json: str, out_rollouts: str,
         arm: str, threads: int = 1) -> None:
     cfg = config(config_path)
     device = runtime.setup_torch(threads, cfg.trainer.device)
-    import pandas as pd
-
+    from evotrainer.backends.local.scoring import greedy_rollouts
     from evotrainer.policy.tiny import load_policy
-    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+    from evotrainer.sandbox.harness_code import harness_reward
 
-    recipe = dict(load_recipe(harness_dir), temperature=1.0, top_p=1.0)
-    reward_fn = load_module(harness_dir, "reward").compute_score
+    start = time.time()
+    recipe = load_recipe(harness_dir)
     model, tokenizer = load_policy(policy_dir, device)
     model.eval()
-    test = read_split(test_path)
-    frames = []
-    for start in range(0, len(test), cfg.rollout.eval_batch_size):
-        chunk = test.iloc[start : start + cfg.rollout.eval_batch_size]
-        with runtime.autocast(device, cfg.trainer.precision):
-            repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=recipe, reward_fn=reward_fn,
-                                               greedy=True)
-        frames.append(evidence_rows(repeated, batch, group_size=1, run=cfg.run, generation=-1, split="test", step=0,
-                                    policy_id=runtime.policy_id(policy_dir), harness_id=harness_id(harness_dir), seed=cfg.seed))
-    frame = pd.concat(frames, ignore_index=True)
+    with harness_reward(harness_dir, cfg.sandbox) as reward:
+        frame = greedy_rollouts(
+            model, tokenizer, read_split(test_path), task=task_of(cfg), reward=reward, max_len=recipe["max_response_len"],
+            recipe=recipe, batch_size=cfg.rollout.eval_batch_size, autocast=lambda: runtime.autocast(device, cfg.trainer.precision),
+            run=cfg.run, generation=-1, split="test", step=0, policy_id=runtime.policy_id(policy_dir),
+            harness_id=harness_id(harness_dir), seed=cfg.seed)
     evidence.write(frame, out_rollouts)
-    by_level = frame.groupby("difficulty")["correct"].mean()
+    by_difficulty = frame.groupby("difficulty")["correct"].mean()
     write_json(out_json, {
         "run": cfg.run,
         "arm": arm,
         "policy": str(Path(policy_dir)),
         "test_accuracy": float(frame["correct"].mean()),
-        "test_accuracy_by_level": {str(k): float(v) for k, v in by_level.items()},
+        "test_accuracy_by_difficulty": {str(k): float(v) for k, v in by_difficulty.items()},
         "test_prompts": len(frame),
         "test_stderr": float(frame["correct"].std(ddof=1) / len(frame) ** 0.5) if len(frame) > 1 else None,
+        "compute": {"eval_responses": int(len(frame)), "eval_generated_tokens": int(frame["response_tokens"].sum()),
+                    "eval_wall_s": time.time() - start},
     })

@@ -1,53 +1,57 @@
-"""Stage `init`: build the tiny policy (or load an HF one), SFT warm start, and the initial harness."""
+"""Stage `init`: the starting policy (built in code or loaded), an optional SFT warm start on the task's
+reference responses, and the initial harness (the task's default unless harness.initial names one)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from evotrainer import runtime
 from evotrainer.atomic import atomic_dir, copy_tree, write_json, write_parquet
 from evotrainer.contracts.candidate import check_harness
-from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
-from evotrainer.stages.common import config, read_split
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.stages.common import config, read_split, task_of
 
 
 def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_sft_log: str, out_metrics: str,
         threads: int = 1) -> None:
     cfg = config(config_path)
     device = runtime.setup_torch(threads, cfg.trainer.device)
-    from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy, param_count, save_policy
     from evotrainer.backends.local.scoring import greedy_accuracy
-    from evotrainer.backends.local.sft import warm_start
+    from evotrainer.backends.local.sft import sft_frame, warm_start
+    from evotrainer.policy.build import make_policy
+    from evotrainer.policy.tiny import param_count, save_policy
 
-    initial_harness = Path(cfg.harness.initial) if cfg.harness.initial else DEFAULT_HARNESS
+    task = task_of(cfg)
+    initial_harness = Path(cfg.harness.initial) if cfg.harness.initial else task.default_harness()
     check_harness(initial_harness)
     max_len = load_recipe(initial_harness)["max_response_len"]
-    train, val = read_split(Path(data_dir) / "train.parquet"), read_split(Path(data_dir) / "val.parquet")
+    train = sft_frame(task, read_split(Path(data_dir) / "train.parquet"))
+    val = read_split(Path(data_dir) / "val.parquet")
     start = time.time()
-    if cfg.policy.name == "tiny":
-        tokenizer = build_tokenizer()
-        p = cfg.policy
-        model = build_model(tokenizer, p.hidden_size, p.num_layers, p.num_heads, p.intermediate_size,
-                            p.max_positions, seed=cfg.seed).to(device)
-    else:
-        model, tokenizer = load_policy(cfg.policy.path, device)
+    model, tokenizer = make_policy(cfg.policy, train, device, cfg.seed)
     sft = cfg.policy.sft
+    sft_val = val.iloc[: sft.eval_prompts]
+
+    def accuracy(prompts: pd.DataFrame) -> float:
+        with runtime.autocast(device, cfg.trainer.precision):
+            return greedy_accuracy(model, tokenizer, prompts, max_len, task=task, batch_size=cfg.rollout.eval_batch_size)
+
     log = warm_start(
-        model, tokenizer, train, val.iloc[: sft.eval_prompts], max_steps=sft.max_steps, batch_size=sft.batch_size,
-        lr=sft.lr, target_val_accuracy=sft.target_val_accuracy, eval_every=sft.eval_every, seed=cfg.seed, max_len=max_len,
-    ) if sft.max_steps > 0 else None
-    val_accuracy = greedy_accuracy(model, tokenizer, val, max_len)
+        model, tokenizer, train, sft_val, max_steps=sft.max_steps, batch_size=sft.batch_size, lr=sft.lr,
+        target_val_accuracy=sft.target_val_accuracy, eval_every=sft.eval_every, seed=cfg.seed, max_len=max_len,
+        evaluate=lambda: accuracy(sft_val),
+    ) if sft.max_steps > 0 and len(train) else pd.DataFrame({"step": [], "loss": [], "val_accuracy": [], "wall_time_s": []})
+    val_accuracy = accuracy(val)
     with atomic_dir(out_policy) as tmp:
         save_policy(model.cpu(), tokenizer, tmp)
     copy_tree(initial_harness, out_harness)
-    if log is not None:
-        write_parquet(out_sft_log, log)
-    else:
-        write_parquet(out_sft_log, __import__("pandas").DataFrame({"step": [], "loss": [], "val_accuracy": []}))
+    write_parquet(out_sft_log, log)
     write_json(out_metrics, {
         "val_accuracy": val_accuracy,
-        "sft_steps": int(log["step"].max()) if log is not None and len(log) else 0,
+        "sft_steps": int(log["step"].max()) if len(log) else 0,
         "params": param_count(model),
         "wall_s": time.time() - start,
         "policy_id": runtime.policy_id(out_policy),

@@ -11,24 +11,27 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from evotrainer.search import approvals
-from evotrainer.contracts import lineage
-from evotrainer.contracts import skill as skills
 from evotrainer.agents import ProposalContext, make_agent
 from evotrainer.agents import calls as agent_calls
 from evotrainer.atomic import atomic_dir, read_json
+from evotrainer.contracts import lineage
+from evotrainer.contracts import skill as skills
 from evotrainer.contracts.candidate import CONTROL, Proposal, validate
 from evotrainer.contracts.harness import harness_id
 from evotrainer.runtime import diff_hash
+from evotrainer.search import approvals
+from evotrainer.secrets import redact
 from evotrainer.stages.common import config
 
 
-def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: str, out_dir: str, generation: int) -> None:
+def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: str | list[str] | None, out_dir: str,
+        generation: int) -> None:
+    """``lineage_parts``: the lineage files of the earlier generations (a path, a list, or None for gen 0)."""
     cfg = config(config_path)
     diagnosis = read_json(diagnosis_json)
     context = ProposalContext(
         generation=generation, harness_dir=Path(harness_dir), harness_id=harness_id(harness_dir),
-        findings=diagnosis["findings"], lineage=lineage.read(lineage_path),
+        findings=diagnosis["findings"], lineage=lineage.read(lineage_parts or []),
         feedback=approvals.feedback_for(Path(out_dir).parents[1], generation),  # from `evotrainer revise`
     )
     # every skill that matches this diagnosis (this run's and the cross-run library's), best first
@@ -39,12 +42,12 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_path: s
     context.extra.update(run=cfg.run, run_dir=Path(out_dir).resolve().parents[1], rollouts=gen_dir / "rollouts.parquet",
                          diagnostics=gen_dir / "diagnostics.parquet")
     agent = make_agent(cfg.agent)
-    narrative = agent.narrate(context)
     try:
+        narrative = agent.narrate(context)
         proposals = agent.propose(context, cfg.agent.max_candidates)
         agent_error = None
     except Exception as err:  # an agent failure costs this generation its proposals, not the run
-        proposals, agent_error = [], f"{type(err).__name__}: {err}"
+        narrative, proposals, agent_error = "The agent failed.", [], redact(f"{type(err).__name__}: {err}")[:2000]
     proposals += user_candidates(cfg.agent.extra_candidates, context)
     control = Proposal(CONTROL, "Control: the parent harness unchanged, trained for the same budget.", [],
                        "reference for every other candidate", "")

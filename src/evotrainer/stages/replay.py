@@ -17,12 +17,14 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from evotrainer.contracts import evidence
-from evotrainer.contracts import lineage
 from evotrainer.atomic import read_json, write_json
+from evotrainer.backends.local.scoring import overlong_penalty, reward_rows_from_evidence
+from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts.candidate import CandidateError, apply_diff
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.sandbox.harness_code import harness_reward
+from evotrainer.sandbox.runner import SandboxError, run_tasks
 from evotrainer.search.diagnostic_backtest import (
     DiagnosticBacktestConf,
     archived_branches,
@@ -30,21 +32,15 @@ from evotrainer.search.diagnostic_backtest import (
     is_diagnostics_only,
 )
 from evotrainer.search.gates import reward_auc, reward_false_positive_rate
-from evotrainer.contracts.harness import load_recipe
-from evotrainer.sandbox.runner import SandboxError, run_tasks, score_parallel
-from evotrainer.backends.local.scoring import overlong_penalty
 from evotrainer.stages.common import config, read_split
 
 MIN_KEPT_FRACTION = 0.10
 
 
-def dead_group_ratio(frame: pd.DataFrame) -> float:
-    spread = frame.groupby("group_id")["reward"].agg(lambda r: r.max() - r.min())
-    return float((spread <= 1e-9).mean())
 
 
 def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str, pool_path: str, out: str,
-        generation: int, processes: int = 1) -> None:
+        generation: int, processes: int = 1, lineage_parts: list[str] | None = None) -> None:
     cfg = config(config_path)
     proposal = read_json(Path(candidate_dir) / "proposal.json")
     base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"]}
@@ -53,7 +49,7 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
                                 "failure_label": proposal["validation"]["failure_label"]})
         return
     if is_diagnostics_only(proposal["validation"]):  # evolving diagnostics: checked, never trained
-        write_json(out, base | diagnostic_replay(cfg, rollouts, parent_harness, candidate_dir, generation))
+        write_json(out, base | diagnostic_replay(cfg, rollouts, parent_harness, candidate_dir, generation, lineage_parts))
         return
     ev = evidence.read(rollouts)
     pool = read_split(pool_path)
@@ -62,9 +58,9 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         try:
             harness = apply_diff(parent_harness, diff, Path(scratch) / "harness")
             recipe = load_recipe(harness)
-            rows = ev[["data_source", "response", "ground_truth", "prompt_id", "difficulty"]].rename(columns={"difficulty": "level"})
-            scores = score_parallel(harness, rows, processes=processes)
-            rescored = ev.assign(reward=scores["score"].to_numpy() + overlong_penalty(
+            with harness_reward(harness, cfg.sandbox) as reward:
+                scores, _ = reward.score(reward_rows_from_evidence(ev))
+            rescored = ev.assign(reward=scores + overlong_penalty(
                 ev["response_tokens"].to_numpy(), recipe["max_response_len"], recipe["overlong_buffer"],
                 recipe["overlong_penalty"]))
             result = run_tasks(harness, ["weights", "diagnose"], {"pool": pool, "evidence": rescored, "recipe": recipe})
@@ -78,7 +74,7 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         return
     # effective share of the pool the curriculum samples from (Kish effective sample size / pool size)
     pool_kept = float(weights.sum() ** 2 / (len(weights) * (weights**2).sum()))
-    dead = dead_group_ratio(rescored)
+    dead = evidence.dead_group_ratio(rescored)
     groups_kept = 1.0 - dead if recipe["dynamic_sampling"] else 1.0
     flagged = sorted(f["name"] for f in result["findings"] if f.get("severity") in ("warn", "critical"))
     metrics = {
@@ -87,7 +83,7 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         "reward_std": float(rescored["reward"].std()),
         "reward_mean_before": float(ev["reward"].mean()),
         "dead_group_ratio": dead,
-        "dead_group_ratio_before": dead_group_ratio(ev),
+        "dead_group_ratio_before": evidence.dead_group_ratio(ev),
         "groups_kept_fraction": groups_kept,
         "pool_kept_fraction": pool_kept,
         "reward_auc_for_correctness": reward_auc(rescored),
@@ -103,11 +99,12 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
     write_json(out, base | {"status": "rejected" if label else "ok", "failure_label": label, "reason": reason} | metrics)
 
 
-def diagnostic_replay(cfg, rollouts: str, parent_harness: str, candidate_dir: str, generation: int) -> dict:
+def diagnostic_replay(cfg, rollouts: str, parent_harness: str, candidate_dir: str, generation: int,
+                      lineage_parts: list[str] | None) -> dict:
     """Backtest a diagnostics-only candidate on the archived evidence of the run's earlier branches."""
     run_dir = Path(rollouts).resolve().parents[1]
     conf = DiagnosticBacktestConf(**dict(cfg.search.diagnostics))
-    branches = archived_branches(run_dir, lineage.read(run_dir / "lineage.parquet"), generation, conf.collapse_drop)
+    branches = archived_branches(run_dir, lineage.read(lineage_parts or []), generation, conf.collapse_drop)
     diff = (Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
     with tempfile.TemporaryDirectory(prefix="evotrainer-replay-") as scratch:
         harness = apply_diff(parent_harness, diff, Path(scratch) / "harness")

@@ -10,15 +10,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from evotrainer.contracts import lineage
 from evotrainer.atomic import copy_tree, read_json, write_json
+from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import CONTROL
-from evotrainer.stages.common import config
+from evotrainer.contracts.harness import harness_id
+from evotrainer.stages.common import config, task_of
 
 
-def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness_id: str, lineage_path: str,
-        out: str, generation: int) -> None:
+def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: str, out: str, out_lineage: str,
+        generation: int) -> None:
+    """Writes the selection (``out``) and this generation's lineage rows (``out_lineage``)."""
     cfg = config(config_path)
+    parent_harness_id = harness_id(harness_dir)
     cids = sorted(p.name for p in Path(candidates_dir).iterdir() if p.is_dir())
     proposals = {cid: read_json(Path(candidates_dir) / cid / "proposal.json") for cid in cids}
     metrics = {cid: read_json(Path(backtest_dir) / cid / "metrics.json") for cid in cids}
@@ -36,6 +39,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
         for cid, m in metrics.items():
             if m["status"] == "ok" and cid != CONTROL:
                 gate_results[cid] = evaluate_gates(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL)
+                for task_gate in task_of(cfg).gates():  # the domain's own trusted gates
+                    gate_results[cid] += task_gate(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL)
     vetoes = {cid: [g for g in results if g["vetoed"]] for cid, results in gate_results.items()}
     valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL and not vetoes.get(cid)}
     intervals: dict[str, dict] = {}
@@ -74,11 +79,12 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, parent_harness
             "train_reward_final": m.get("train_reward_final"), "dead_group_ratio_final": m.get("dead_group_ratio_final"),
             "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
             "verdict": verdict, "failure_label": label, "recorded_at": time.time(),
+            "compute": json.dumps(m.get("compute")) if m.get("compute") else None,
             "evidence": json.dumps(m["diagnostic_backtest"] if "diagnostic_backtest" in m else gate_results.get(cid),
                                    default=str),
             "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes[cid]) if vetoes.get(cid) else None),
         })
-    lineage.upsert_generation(lineage_path, pd.DataFrame(rows))
+    lineage.write_generation(out_lineage, pd.DataFrame(rows))
     write_json(out, {
         "run": cfg.run,
         "generation": generation,
@@ -161,3 +167,8 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
 
     with atomic_path(out_train_log) as tmp:
         tmp.write_bytes((chosen / "train_log.parquet").read_bytes())
+
+
+def merge_lineage(parts: list[str], out: str) -> None:
+    """Stage `lineage`: the run's lineage.parquet from its generation files."""
+    lineage.merge(parts, out)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evotrainer.contracts import skill as skills
 from evotrainer.atomic import read_json, write_json
+from evotrainer.contracts import skill as skills
 from evotrainer.stages.common import config
 
 

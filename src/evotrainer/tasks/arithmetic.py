@@ -1,17 +1,30 @@
-"""Synthetic arithmetic with a verifiable answer: prompts like ``23-58+7=``, answer ``-28``.
+"""Synthetic arithmetic with a verifiable answer: prompts like ``23-58+7=``, answer ``-28`` (the
+embedded default task, ``task=arithmetic``).
 
 Splits are drawn from one seeded generator and de-duplicated across splits, so no test prompt is
-ever seen in training. Difficulty levels differ in operand count and range.
+ever seen in training. Difficulty levels differ in operand count and range; a row's difficulty is
+its level's index. ``make_splits`` is the generator (rows with the raw prompt text and ``level``);
+``ArithmeticTask`` puts the same rows on the task contract (chat messages, difficulty, metadata).
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
+
+from evotrainer.contracts.harness import DEFAULT_HARNESS
+from evotrainer.contracts.task import Task, TaskError, Verification, messages
+from evotrainer.tasks.partition import PARTITION_OF_SPLIT, PARTITIONS, check_sizes, partition_of
+
+__all__ = ["PARTITIONS", "PARTITION_OF_SPLIT", "ArithmeticTask", "Level", "is_correct", "make_splits",
+           "parse_answer", "partition_of"]
 
 DATA_SOURCE = "arithmetic"
 _ANSWER = re.compile(r"^\s*(-?\d+)\s*$")
@@ -43,23 +56,6 @@ def _expression(rng: random.Random, level: Level, ops: str) -> tuple[str, int]:
     return text + "=", int(eval(text))  # noqa: S307 - digits and +/- only, generated here
 
 
-def partition_of(prompt: str, seed: int, fractions: dict[str, float]) -> str:
-    """Stable assignment of a prompt to one partition, so splits are disjoint by construction."""
-    digest = hashlib.blake2b(f"{seed}:{prompt}".encode(), digest_size=8).digest()
-    u = int.from_bytes(digest, "big") / 2**64
-    edge = 0.0
-    for name, fraction in fractions.items():
-        edge += fraction
-        if u < edge:
-            return name
-    return name
-
-
-PARTITIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
-# splits that sample from another split's partition (the probe split looks at training prompts)
-PARTITION_OF_SPLIT = {"train": "train", "probe": "train", "val": "val", "test": "test"}
-
-
 def make_splits(levels: list[Level], sizes: dict[str, int], ops: str, seed: int) -> dict[str, pd.DataFrame]:
     """Disjoint splits; each row: prompt_id, prompt, ground_truth, level, data_source.
 
@@ -67,9 +63,7 @@ def make_splits(levels: list[Level], sizes: dict[str, int], ops: str, seed: int)
     test never share a prompt with train. Within a split a prompt repeats only when its level's
     partition is nearly exhausted (small levels).
     """
-    unknown = set(sizes) - set(PARTITION_OF_SPLIT)
-    if unknown:
-        raise ValueError(f"task.sizes: unknown split(s) {sorted(unknown)}; allowed: {sorted(PARTITION_OF_SPLIT)}")
+    check_sizes(sizes)
     weights = [lv.weight for lv in levels]
     splits: dict[str, pd.DataFrame] = {}
     for split, size in sizes.items():
@@ -98,3 +92,55 @@ def make_splits(levels: list[Level], sizes: dict[str, int], ops: str, seed: int)
             )
         splits[split] = pd.DataFrame(rows)
     return splits
+
+
+def _level(value: Any) -> Level:
+    if isinstance(value, Level):
+        return value
+    try:
+        return Level(int(value["operands"]), int(value["max_value"]), float(value.get("weight", 1.0)))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise TaskError(f"task.levels: {value!r} is not a level; write {{operands, max_value, weight}}") from err
+
+
+class ArithmeticTask(Task):
+    """Synthetic +/- arithmetic (23-58+7=); the answer is the integer alone."""
+
+    name = "arithmetic"
+    description = "synthetic +/- arithmetic (23-58+7=), difficulty = level; built in code"
+    max_response_len = 64
+    config_keys = ("ops", "levels")
+
+    def __init__(self, ops: str = "+-", levels: Iterable[Any] | None = None):
+        if not ops or set(ops) - set("+-"):
+            raise TaskError(f"task.ops={ops!r}: use a non-empty string of '+' and '-'")
+        self.ops = ops
+        self.levels = [_level(lv) for lv in (levels if levels is not None else [Level(2, 99, 1.0)])]
+        if not self.levels:
+            raise TaskError("task.levels is empty; give at least one {operands, max_value, weight}")
+
+    def splits(self, sizes: dict[str, int], seed: int) -> dict[str, pd.DataFrame]:
+        out = {}
+        for split, frame in make_splits(self.levels, dict(sizes), self.ops, seed).items():
+            out[split] = pd.DataFrame({
+                "prompt_id": frame["prompt_id"],
+                "prompt": [messages(text) for text in frame["prompt"]],
+                "ground_truth": frame["ground_truth"],
+                "data_source": frame["data_source"],
+                "difficulty": frame["level"].astype("int64"),
+                "metadata": [json.dumps({"level": int(level)}) for level in frame["level"]],
+            })
+        return out
+
+    def verify(self, response: str, ground_truth: str, metadata: dict | None = None) -> Verification:
+        answer = parse_answer(response)
+        if answer is None:
+            return Verification(False, False, None, "no_answer")
+        correct = str(answer) == str(ground_truth).strip()
+        return Verification(correct, True, str(answer), None if correct else "wrong_answer")
+
+    def default_harness(self) -> Path:
+        return DEFAULT_HARNESS
+
+    def reference_response(self, row: dict) -> str | None:
+        return str(row["ground_truth"])

@@ -6,9 +6,12 @@ of every token; benchmarks/sampler_throughput.py compares the two on the same mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from evotrainer.policy.chat import encode_rendered, pad_token_id, render_prompts
 
 
 @dataclass
@@ -22,15 +25,20 @@ class Samples:
     finished: torch.Tensor  # [B] True when the response ended with eos (else truncated)
 
 
-def encode_prompts(tokenizer, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids with bos prepended, and their attention mask."""
-    ids = [[tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+def encode_prompts(tokenizer, prompts: list, rendered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and their attention mask.
+
+    ``prompts`` are chat messages (or plain strings, each taken as the user's message) rendered with the
+    tokenizer's chat template (evotrainer.policy.chat), or, with ``rendered=True``, text already rendered.
+    BOS comes from the template only: Qwen-style tokenizers have none."""
+    texts = list(prompts) if rendered else render_prompts(tokenizer, prompts)
+    ids = encode_rendered(tokenizer, texts)
     width = max(len(x) for x in ids)
-    pad = tokenizer.pad_token_id
+    pad = pad_token_id(tokenizer)
     input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
     mask = torch.zeros((len(ids), width), dtype=torch.long)
     for row, seq in enumerate(ids):
-        input_ids[row, width - len(seq) :] = torch.tensor(seq)
+        input_ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
         mask[row, width - len(seq) :] = 1
     return input_ids, mask
 
@@ -52,14 +60,17 @@ def sample(
     prompt_mask: torch.Tensor,
     *,
     max_new_tokens: int,
-    eos_id: int,
+    eos_id: int | Sequence[int],
     pad_id: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
 ) -> Samples:
+    """Sample up to ``max_new_tokens`` per row; a row stops at the first of the ``eos_id`` ids (one id or
+    several: chat models often end on either of two)."""
     device = next(model.parameters()).device
+    eos_ids = torch.as_tensor(eos_id, dtype=torch.long, device=device).reshape(-1)
     prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
     batch = prompt_ids.shape[0]
     attention = prompt_mask.clone()
@@ -82,7 +93,7 @@ def sample(
         logps.append(logp_all.gather(-1, token[:, None]).squeeze(-1) * alive)
         ents.append(ent * alive)
         masks.append(alive.long())
-        alive = alive & (token != eos_id)
+        alive = alive & ~torch.isin(token, eos_ids)
         if not alive.any():
             break
         attention = torch.cat([attention, alive.long()[:, None] | 1], dim=-1)
@@ -94,7 +105,7 @@ def sample(
 
     response_ids = torch.stack(tokens, 1)
     response_mask = torch.stack(masks, 1)
-    finished = ((response_ids == eos_id) & response_mask.bool()).any(-1)
+    finished = (torch.isin(response_ids, eos_ids) & response_mask.bool()).any(-1)
     return Samples(
         prompt_ids=prompt_ids.cpu(),
         prompt_mask=prompt_mask.cpu(),
@@ -106,11 +117,11 @@ def sample(
     )
 
 
-def decode_responses(tokenizer, samples: Samples) -> list[str]:
-    """Response text up to (not including) eos."""
-    eos = tokenizer.eos_token_id
+def decode_responses(tokenizer, samples: Samples, eos_ids: Sequence[int] | None = None) -> list[str]:
+    """Response text up to (not including) the EOS that ended it (special tokens are dropped)."""
+    stop = set(eos_ids) if eos_ids is not None else {tokenizer.eos_token_id}
     texts = []
     for ids, mask in zip(samples.response_ids.tolist(), samples.response_mask.tolist(), strict=True):
-        kept = [t for t, m in zip(ids, mask, strict=True) if m and t != eos]
+        kept = [t for t, m in zip(ids, mask, strict=True) if m and t not in stop]
         texts.append(tokenizer.decode(kept, skip_special_tokens=True))
     return texts

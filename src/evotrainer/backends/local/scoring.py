@@ -1,20 +1,95 @@
-"""Sample a policy on prompts and turn the samples into evidence rows (rewards included)."""
+"""Sample a policy on prompts and turn the samples into evidence rows.
+
+Order matters for the trust boundary: the task's trusted ``verify`` judges every response first; the
+harness reward (an object with ``score(rows)``, in practice the sandboxed reward worker) then gets
+the verdict in ``extra_info["verification"]`` and only shapes the learning signal. ``correct`` in the
+evidence is always the task's, never the reward's.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 import torch
 
-from evotrainer.contracts.evidence import COMPONENT_PREFIX
 from evotrainer.backends.local.sampler import Samples, decode_responses, encode_prompts, sample
-from evotrainer.tasks.arithmetic import is_correct, parse_answer
+from evotrainer.contracts.evidence import COMPONENT_PREFIX
+from evotrainer.contracts.harness import score_rows
+from evotrainer.contracts.task import Task, metadata_of
+from evotrainer.policy.chat import as_messages, eos_token_ids, pad_token_id
 
-RewardFn = Callable[..., float | dict]
+
+class Reward(Protocol):
+    """A batch reward: rows of verl's compute_score arguments -> (scores, components)."""
+
+    def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
+
+class InProcessReward:
+    """Calls a trusted compute_score in this process (tests, benchmarks; candidate code never)."""
+
+    def __init__(self, compute_score) -> None:
+        self.compute_score = compute_score
+
+    def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        scores, components = score_rows(self.compute_score, rows)
+        return np.asarray(scores, dtype=float), {k: np.asarray(v, dtype=float) for k, v in components.items()}
+
+
+@dataclass
+class Verdicts:
+    """The task's verdicts on a batch of responses."""
+
+    correct: np.ndarray  # [B] bool
+    format_ok: np.ndarray  # [B] bool
+    failure_category: list[str | None]
+    task_fields: list[dict]
+
+    @property
+    def records(self) -> list[dict]:
+        return [{"correct": bool(c), "format_ok": bool(f), "failure_category": fc, **tf}
+                for c, f, fc, tf in zip(self.correct, self.format_ok, self.failure_category, self.task_fields, strict=True)]
+
+
+def verify_all(task: Task, responses: list[str], rows: pd.DataFrame) -> Verdicts:
+    verdicts = [task.verify(r, gt, metadata_of(md)) for r, gt, md
+                in zip(responses, rows["ground_truth"], rows["metadata"], strict=True)]
+    return Verdicts(np.array([v.correct for v in verdicts], dtype=bool), np.array([v.format_ok for v in verdicts], dtype=bool),
+                    [v.failure_category for v in verdicts], [dict(v.details) for v in verdicts])
+
+
+def reward_rows(rows: pd.DataFrame, responses: list[str], verdicts: Verdicts) -> list[dict]:
+    """verl's compute_score arguments per response; extra_info holds the prompt's metadata, its id and
+    difficulty, and the trusted verdict (code tasks: per-test outcomes) under "verification"."""
+    return [
+        {"data_source": ds, "solution_str": response, "ground_truth": gt,
+         "extra_info": metadata_of(md) | {"prompt_id": pid, "difficulty": int(d), "verification": record}}
+        for ds, response, gt, md, pid, d, record in zip(
+            rows["data_source"], responses, rows["ground_truth"], rows["metadata"], rows["prompt_id"],
+            rows["difficulty"], verdicts.records, strict=True)
+    ]
+
+
+def reward_rows_from_evidence(ev: pd.DataFrame) -> list[dict]:
+    """Reward rows for cached evidence (replay): the same extra_info as in training, the verdict read back
+    from the evidence's task columns (the prompt's metadata is not in the evidence)."""
+    fields = ev["task_fields"] if "task_fields" in ev else [None] * len(ev)
+    categories = ev["failure_category"] if "failure_category" in ev else [None] * len(ev)
+    format_ok = ev["format_ok"] if "format_ok" in ev else [True] * len(ev)
+    return [
+        {"data_source": ds, "solution_str": response, "ground_truth": gt,
+         "extra_info": {"prompt_id": pid, "difficulty": int(d), "verification": {
+             "correct": bool(c), "format_ok": bool(f), "failure_category": None if pd.isna(fc) else fc,
+             **(json.loads(tf) if isinstance(tf, str) and tf else {})}}}
+        for ds, response, gt, pid, d, c, f, fc, tf in zip(
+            ev["data_source"], ev["response"], ev["ground_truth"], ev["prompt_id"], ev["difficulty"], ev["correct"],
+            format_ok, categories, fields, strict=True)
+    ]
 
 
 @dataclass
@@ -23,28 +98,26 @@ class ScoredBatch:
     responses: list[str]
     rewards: np.ndarray  # [B] final reward (after shaping)
     components: dict[str, np.ndarray]
-    correct: np.ndarray  # [B] bool, verified by the task, independent of the harness reward
-    format_ok: np.ndarray
+    verdicts: Verdicts
 
+    @property
+    def correct(self) -> np.ndarray:
+        return self.verdicts.correct
 
-def score(reward_fn: RewardFn, prompts: pd.DataFrame, responses: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Call a verl-signature reward for each response; dict keys other than 'score' are components."""
-    scores = np.zeros(len(responses))
-    components: dict[str, list[float]] = {}
-    for i, (row, response) in enumerate(zip(prompts.itertuples(index=False), responses, strict=True)):
-        out = reward_fn(row.data_source, response, row.ground_truth, {"prompt_id": row.prompt_id, "level": int(row.level)})
-        if isinstance(out, dict):
-            if "score" not in out:
-                raise ValueError(f"reward returned a dict without 'score' (keys: {sorted(out)})")
-            scores[i] = float(out["score"])
-            for key, value in out.items():
-                if key != "score":
-                    if key not in components:  # not setdefault: its default would be built every row
-                        components[key] = [0.0] * len(responses)
-                    components[key][i] = float(value)
-        else:
-            scores[i] = float(out)
-    return scores, {k: np.asarray(v) for k, v in components.items()}
+    @property
+    def format_ok(self) -> np.ndarray:
+        return self.verdicts.format_ok
+
+    def select(self, rows: np.ndarray) -> ScoredBatch:
+        s, t = self.samples, torch.as_tensor(rows, dtype=torch.long)
+        samples = type(s)(prompt_ids=s.prompt_ids[t], prompt_mask=s.prompt_mask[t], response_ids=s.response_ids[t],
+                          response_mask=s.response_mask[t], logprobs=s.logprobs[t], entropy=s.entropy[t],
+                          finished=s.finished[t])
+        v = self.verdicts
+        verdicts = Verdicts(v.correct[rows], v.format_ok[rows], [v.failure_category[i] for i in rows],
+                            [v.task_fields[i] for i in rows])
+        return ScoredBatch(samples, [self.responses[i] for i in rows], self.rewards[rows],
+                           {k: c[rows] for k, c in self.components.items()}, verdicts)
 
 
 def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: float) -> np.ndarray:
@@ -56,75 +129,119 @@ def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: fl
 
 
 def sample_and_score(
-    model, tokenizer, prompts: pd.DataFrame, *, group_size: int, recipe: dict, reward_fn: RewardFn,
+    model, tokenizer, prompts: pd.DataFrame, *, group_size: int, recipe: dict, reward: Reward | None, task: Task,
     greedy: bool = False, generator: torch.Generator | None = None,
 ) -> tuple[pd.DataFrame, ScoredBatch]:
-    """Sample ``group_size`` responses per prompt; returns the repeated prompt rows and the scored batch."""
+    """Sample ``group_size`` responses per prompt, verify them, then score them with ``reward`` (None:
+    the reward is the verdict, 1.0 when correct, for evaluations that need no harness reward)."""
     # positional repeat: the same prompt may appear twice in a batch (duplicate index labels)
     repeated = prompts.iloc[np.repeat(np.arange(len(prompts)), group_size)].reset_index(drop=True)
     ids, mask = encode_prompts(tokenizer, repeated["prompt"].tolist())
+    eos = eos_token_ids(model, tokenizer)
     samples = sample(
-        model, ids, mask, max_new_tokens=recipe["max_response_len"], eos_id=tokenizer.eos_token_id,
-        pad_id=tokenizer.pad_token_id, temperature=recipe["temperature"], top_p=recipe["top_p"],
-        greedy=greedy, generator=generator,
+        model, ids, mask, max_new_tokens=recipe["max_response_len"], eos_id=eos, pad_id=pad_token_id(tokenizer),
+        temperature=recipe["temperature"], top_p=recipe["top_p"], greedy=greedy, generator=generator,
     )
-    responses = decode_responses(tokenizer, samples)
-    rewards, components = score(reward_fn, repeated, responses)
+    responses = decode_responses(tokenizer, samples, eos)
+    verdicts = verify_all(task, responses, repeated)
+    if reward is None:
+        rewards, components = verdicts.correct.astype(float), {}
+    else:
+        rewards, components = reward.score(reward_rows(repeated, responses, verdicts))
     lengths = samples.response_mask.sum(-1).numpy()
     rewards = rewards + overlong_penalty(lengths, recipe["max_response_len"], recipe["overlong_buffer"], recipe["overlong_penalty"])
-    truth = repeated["ground_truth"].tolist()
-    correct = np.array([is_correct(r, t) for r, t in zip(responses, truth, strict=True)])
-    format_ok = np.array([parse_answer(r) is not None for r in responses])
-    return repeated, ScoredBatch(samples, responses, rewards, components, correct, format_ok)
+    return repeated, ScoredBatch(samples, responses, rewards, components, verdicts)
+
+
+def prompt_text(prompt) -> str:
+    """The evidence's prompt column: the user's message as written, or "role: content" lines for a
+    multi-message prompt (people read this column; the policy saw it through its chat template)."""
+    messages = as_messages(prompt)
+    if len(messages) == 1:
+        return messages[0]["content"]
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 def evidence_rows(
     repeated: pd.DataFrame, batch: ScoredBatch, *, group_size: int, run: str, generation: int, split: str,
     step: int, policy_id: str, harness_id: str, seed: int,
 ) -> pd.DataFrame:
+    """Evidence rows of a scored batch from the local sampler."""
     s = batch.samples
     lengths = s.response_mask.sum(-1).clamp(min=1)
+    return evidence_frame(
+        repeated, batch.responses, batch.rewards, batch.components, batch.verdicts,
+        sample_idx=np.tile(np.arange(group_size), len(repeated) // group_size),
+        response_tokens=s.response_mask.sum(-1).numpy(), finished=s.finished.numpy(),
+        mean_logprob=(s.logprobs.sum(-1) / lengths).numpy(), entropy=(s.entropy.sum(-1) / lengths).numpy(),
+        run=run, generation=generation, split=split, step=step, policy_id=policy_id, harness_id=harness_id, seed=seed)
+
+
+def evidence_frame(repeated: pd.DataFrame, responses: list[str], rewards: np.ndarray, components: dict[str, np.ndarray],
+                   verdicts: Verdicts, *, sample_idx: np.ndarray, response_tokens: np.ndarray, finished: np.ndarray,
+                   mean_logprob: np.ndarray, entropy: np.ndarray | None, run: str, generation: int, split: str,
+                   step: int, policy_id: str, harness_id: str, seed: int) -> pd.DataFrame:
+    """The evidence contract's rows, whatever sampled the responses (local sampler, vLLM)."""
+    finished = np.asarray(finished, dtype=bool)
     frame = pd.DataFrame(
         {
             "run": run,
             "generation": generation,
             "split": split,
             "step": step,
-            "prompt_id": repeated["prompt_id"].to_numpy(),
+            "prompt_id": repeated["prompt_id"].astype(str).to_numpy(),
             "group_id": [f"{split}:{step}:{pid}" for pid in repeated["prompt_id"]],
-            "sample_idx": np.tile(np.arange(group_size), len(repeated) // group_size),
-            "data_source": repeated["data_source"].to_numpy(),
-            "prompt": repeated["prompt"].to_numpy(),
-            "response": batch.responses,
-            "ground_truth": repeated["ground_truth"].to_numpy(),
-            "reward": batch.rewards.astype(float),
-            "correct": batch.correct.astype(bool),
-            "response_tokens": s.response_mask.sum(-1).numpy().astype(np.int64),
-            "truncated": (~s.finished).numpy(),
-            "finish_reason": np.where(s.finished.numpy(), "eos", "length"),
-            "mean_logprob": (s.logprobs.sum(-1) / lengths).numpy().astype(float),
+            "sample_idx": np.asarray(sample_idx, dtype=np.int64),
+            "data_source": repeated["data_source"].astype(str).to_numpy(),
+            "prompt": [prompt_text(p) for p in repeated["prompt"]],
+            "response": responses,
+            "ground_truth": repeated["ground_truth"].astype(str).to_numpy(),
+            "reward": np.asarray(rewards, dtype=float),
+            "correct": verdicts.correct.astype(bool),
+            "response_tokens": np.asarray(response_tokens, dtype=np.int64),
+            "truncated": ~finished,
+            "finish_reason": np.where(finished, "eos", "length"),
+            "mean_logprob": np.asarray(mean_logprob, dtype=float),
             "policy_id": policy_id,
             "harness_id": harness_id,
             "seed": seed,
             "wall_time": time.time(),
-            "entropy": (s.entropy.sum(-1) / lengths).numpy().astype(float),
-            "format_ok": batch.format_ok.astype(bool),
-            "difficulty": repeated["level"].to_numpy().astype(np.int64),
+            "format_ok": verdicts.format_ok.astype(bool),
+            "difficulty": repeated["difficulty"].to_numpy().astype(np.int64),
+            "failure_category": pd.array(verdicts.failure_category, dtype="string"),
+            "task_fields": [json.dumps(f, sort_keys=True, default=str) for f in verdicts.task_fields],
         }
     )
-    for key, values in batch.components.items():
-        frame[f"{COMPONENT_PREFIX}{key}"] = values.astype(float)
+    if entropy is not None:
+        frame["entropy"] = np.asarray(entropy, dtype=float)
+    for key, values in components.items():
+        frame[f"{COMPONENT_PREFIX}{key}"] = np.asarray(values, dtype=float)
     return frame
 
 
-def greedy_accuracy(model, tokenizer, prompts: pd.DataFrame, max_len: int, batch_size: int = 512) -> float:
-    """Verified accuracy of greedy answers (the val/test metric)."""
-    correct = 0
+GREEDY = {"temperature": 1.0, "top_p": 1.0}
+
+
+def greedy_rollouts(model, tokenizer, prompts: pd.DataFrame, *, task: Task, max_len: int, reward: Reward | None = None,
+                    batch_size: int = 512, recipe: dict | None = None, autocast=None, **evidence) -> pd.DataFrame:
+    """Greedy answers to ``prompts`` in batches, verified by the task (the one greedy scorer: SFT val,
+    backtest val, final test). With ``evidence`` (run, generation, split, step, policy_id, harness_id,
+    seed) the frame has the evidence columns; otherwise only what accuracy needs."""
+    recipe = dict(recipe or {"overlong_buffer": 0, "overlong_penalty": 0.0}, **GREEDY, max_response_len=max_len)
+    frames = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts.iloc[start : start + batch_size]
-        ids, mask = encode_prompts(tokenizer, chunk["prompt"].tolist())
-        s = sample(model, ids, mask, max_new_tokens=max_len, eos_id=tokenizer.eos_token_id,
-                   pad_id=tokenizer.pad_token_id, greedy=True)
-        responses = decode_responses(tokenizer, s)
-        correct += sum(is_correct(r, t) for r, t in zip(responses, chunk["ground_truth"], strict=True))
-    return correct / max(len(prompts), 1)
+        with (autocast() if autocast else torch.no_grad()):
+            repeated, batch = sample_and_score(model, tokenizer, chunk, group_size=1, recipe=recipe, reward=reward,
+                                               task=task, greedy=True)
+        if evidence:
+            frames.append(evidence_rows(repeated, batch, group_size=1, **evidence))
+        else:
+            frames.append(pd.DataFrame({"correct": batch.correct, "difficulty": repeated["difficulty"].to_numpy()}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"correct": [], "difficulty": []})
+
+
+def greedy_accuracy(model, tokenizer, prompts: pd.DataFrame, max_len: int, *, task: Task, batch_size: int = 512) -> float:
+    """Verified accuracy of greedy answers (the val/test metric)."""
+    frame = greedy_rollouts(model, tokenizer, prompts, task=task, max_len=max_len, batch_size=batch_size)
+    return float(frame["correct"].mean()) if len(frame) else 0.0

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evotrainer.contracts import evidence
 from evotrainer import runtime
 from evotrainer.atomic import copy_tree, write_parquet, write_text
 from evotrainer.backends.verl import data as verl_data
 from evotrainer.backends.verl import metrics as verl_metrics
 from evotrainer.backends.verl.overrides import VerlJob, build_overrides, check_recipe_for_verl, preflight
+from evotrainer.contracts import evidence
 from evotrainer.contracts.harness import harness_id, load_module, load_recipe
 from evotrainer.stages.common import backtest_summary, read_split
 

@@ -1,0 +1,48 @@
+"""The local trainer backend: GRPO in this process from the parent policy, restart chunks as the
+protocol asks, the trained policy saved to ``out/policy``. Trusted code only: the reward arrives as an
+object (the sandboxed worker), the curriculum as weights computed in the sandbox."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from evotrainer import runtime
+from evotrainer.atomic import atomic_dir, write_json
+from evotrainer.backends import TrainJob
+from evotrainer.backends.local.scoring import Reward
+from evotrainer.config import load as load_config
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.contracts.task import Task
+
+
+def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | None) -> pd.DataFrame:
+    cfg = load_config(job.config)
+    device = runtime.setup_torch(job.threads, cfg.trainer.device)
+    from evotrainer.backends.local.grpo import train as grpo_train
+    from evotrainer.policy.tiny import load_policy, save_policy
+
+    recipe = load_recipe(job.harness)
+    pool = pd.read_parquet(Path(job.data_dir) / "train.parquet")
+    model, tokenizer = load_policy(job.parent_policy, device)
+    if job.steps % job.restarts:
+        raise ValueError(f"steps ({job.steps}) must divide evenly into {job.restarts} restarts")
+    seed = runtime.seed_for(cfg.seed, job.generation, job.seed_index)
+    out = Path(job.out)
+    heartbeat = out / "progress.json"  # the supervising stage reads it to tell a hang from slow progress
+    chunk_steps = job.steps // job.restarts
+    logs = []
+    for chunk in range(job.restarts):
+        def beat(row: dict, chunk: int = chunk) -> None:
+            write_json(heartbeat, {"step": int(row["step"]) + chunk * chunk_steps, "steps": job.steps, "time": time.time()})
+
+        chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
+                               weights=weights, precision=cfg.trainer.precision, on_step=beat)
+        logs.append(chunk_log.assign(step=chunk_log["step"] + chunk * chunk_steps))
+    model.eval()
+    with atomic_dir(out / "policy") as tmp:
+        save_policy(model.cpu(), tokenizer, tmp)
+    return pd.concat(logs, ignore_index=True)

@@ -1,0 +1,125 @@
+"""The task contract: a task owns its data and its truth; a harness only shapes the learning signal.
+
+A task provides its splits (train / val / probe / test) as rows with the columns of ``SPLIT_COLUMNS``:
+
+- ``prompt_id``: unique within the split;
+- ``prompt``: the chat messages shown to the policy, a list of ``{"role", "content"}`` dicts; the policy's
+  chat template renders them (identically in SFT, rollout, evaluation, vLLM and verl);
+- ``ground_truth``: a string (verl's ``reward_model.ground_truth``; a JSON string for structured truth);
+- ``data_source``: the dataset name (verl routes rewards by it);
+- ``difficulty``: an integer, 0 = easiest (the generic replacement of arithmetic's ``level``);
+- ``metadata``: a JSON object as a string (domain fields; handed to ``verify`` and, parsed, to the
+  harness reward as ``extra_info``).
+
+``verify`` is trusted: correctness belongs to the task and is never computed by harness code. Its
+``Verification`` carries at least ``correct``, ``format_ok`` and the parsed answer; ``failure_category``
+is a generic label (None when correct) and ``details`` holds domain fields (evidence column
+``task_fields``, JSON). A task may add trusted validity gates (``gates``) beside the generic ones.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+SPLITS = ("train", "val", "probe", "test")
+SPLIT_COLUMNS = ("prompt_id", "prompt", "ground_truth", "data_source", "difficulty", "metadata")
+
+
+class TaskError(ValueError):
+    """Task data or options violate the contract; the message names the file or option and the fix."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    correct: bool
+    format_ok: bool
+    parsed: str | None = None
+    failure_category: str | None = None  # None when correct; "no_answer", "wrong_answer", domain labels
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+# A trusted domain gate: (candidate backtest dir, control backtest dir) -> gate records as in search.gates
+Gate = Callable[[Path, Path], list[dict]]
+
+
+class Task(ABC):
+    """One task. Subclasses set ``name``, ``description`` and ``max_response_len`` (tokens: the task's cap
+    on the recipe's max_response_len), and take their options as constructor keyword arguments.
+    ``config_keys`` names the fields of the config's ``task`` group passed as options (besides
+    ``task.options``, which is passed whole; see evotrainer.tasks.from_config)."""
+
+    name: str = ""
+    description: str = ""
+    max_response_len: int = 64
+    config_keys: tuple[str, ...] = ()
+
+    @abstractmethod
+    def splits(self, sizes: dict[str, int], seed: int) -> dict[str, pd.DataFrame]:
+        """The named splits (a subset of ``SPLITS``) with ``SPLIT_COLUMNS``, reproducible from ``seed``.
+        The test split must be disjoint from train/val/probe."""
+
+    @abstractmethod
+    def verify(self, response: str, ground_truth: str, metadata: dict | None = None) -> Verification:
+        """Trusted verdict on one response."""
+
+    @abstractmethod
+    def default_harness(self) -> Path:
+        """Directory holding the starting recipe.yaml, reward.py, curriculum.py, diagnostics.py."""
+
+    def reference_response(self, row: dict) -> str | None:
+        """A correct response for SFT warm start (None: this row has none). ``row`` is a split row as a dict."""
+        return None
+
+    def verify_row(self, response: str, row: dict) -> Verification:
+        """``verify`` on a split (or evidence) row: its ground truth and parsed metadata."""
+        return self.verify(response, str(row["ground_truth"]), metadata_of(row.get("metadata")))
+
+    def gates(self) -> list[Gate]:
+        """The domain's trusted validity gates (beside the generic ones)."""
+        return []
+
+
+def messages(text: str, system: str | None = None) -> list[dict[str, str]]:
+    """A one-turn chat prompt."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+
+
+def metadata_of(value: Any) -> dict:
+    """The metadata column's value as a dict (it is stored as a JSON string)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return {}
+    if isinstance(value, dict):
+        return value
+    return json.loads(value) if value else {}
+
+
+def check_split(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Validate a split frame against the contract; raises TaskError naming the column and the fix."""
+    missing = [c for c in SPLIT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise TaskError(f"{where}: missing column(s) {missing}; a task split needs {list(SPLIT_COLUMNS)}")
+    if frame["prompt_id"].duplicated().any():
+        dup = frame.loc[frame["prompt_id"].duplicated(), "prompt_id"].iloc[0]
+        raise TaskError(f"{where}: prompt_id {dup!r} appears more than once")
+    for i, prompt in enumerate(frame["prompt"].head(1000)):
+        if not _is_messages(prompt):
+            raise TaskError(f"{where}: row {i}: 'prompt' must be a list of {{role, content}} messages, got {prompt!r:.80}")
+    if not pd.api.types.is_integer_dtype(frame["difficulty"]):
+        raise TaskError(f"{where}: 'difficulty' must be an integer column, got {frame['difficulty'].dtype}")
+    return frame
+
+
+def _is_messages(prompt: Any) -> bool:
+    try:
+        items = list(prompt)
+    except TypeError:
+        return False
+    return bool(items) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in items)

@@ -1,0 +1,28 @@
+"""Make the starting policy named by the ``policy`` config group: ``tiny`` (character tokenizer, built in
+code), ``qwen2_tiny`` (a random-init Qwen2 with a byte-level BPE trained in code on the task's training
+text), or ``hf`` (any local Hugging Face causal-LM directory, ``policy.path``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def make_policy(policy_cfg, train: pd.DataFrame, device: str, seed: int):
+    """(model, tokenizer) on ``device``; ``train`` holds the task's training rows (with ``response``)."""
+    p = policy_cfg
+    if p.name == "tiny":
+        from evotrainer.policy.tiny import build_model, build_tokenizer
+
+        tokenizer = build_tokenizer()
+        return build_model(tokenizer, p.hidden_size, p.num_layers, p.num_heads, p.intermediate_size,
+                           p.max_positions, seed=seed).to(device), tokenizer
+    if p.name == "qwen2_tiny":
+        from evotrainer.policy import qwen2_tiny
+
+        responses = train["response"] if "response" in train else train["ground_truth"]
+        tokenizer = qwen2_tiny.build_tokenizer(qwen2_tiny.training_texts(train["prompt"], responses))
+        return qwen2_tiny.build_model(tokenizer, p.hidden_size, p.num_layers, p.num_heads, p.intermediate_size,
+                                      p.max_positions, seed=seed).to(device), tokenizer
+    from evotrainer.policy.tiny import load_policy
+
+    return load_policy(p.path, device)

@@ -1,0 +1,277 @@
+"""A persistent sandboxed reward worker: training calls the candidate's ``compute_score`` only through it.
+
+``RewardWorker(harness_dir)`` starts one worker per backtest (``python -I -m
+evotrainer.sandbox.reward_worker``) under the sandbox of ``evotrainer.sandbox.runner``: only a staged,
+read-only copy of the harness and a private scratch are visible, no network, no credentials, rlimits,
+the audit hook. ``score(rows)`` sends a batch and returns ``(scores, components)``.
+
+Protocol: length-prefixed JSON (4-byte big-endian length, UTF-8 JSON; never pickle) over two pipes
+on dedicated file descriptors, so a reward that prints to stdout cannot corrupt it (stdout and
+stderr go to a log file outside the sandbox's view; its tail is in error messages). Every failure is
+terminal for the worker and raises ``SandboxError(message, label)``:
+
+- ``reward_error``: an exception in ``compute_score`` (message ends with its traceback), a score that
+  is NaN, infinite, non-numeric or missing, or a reward module that does not import;
+- ``sandbox_timeout``: a batch (or the start-up) past its deadline, e.g. a reward that sleeps forever;
+- ``sandbox_memory``: MemoryError under the address-space limit;
+- ``sandbox_violation``: an operation the sandbox refuses (fork, write outside, socket...), a
+  malformed or oversized reply;
+- ``sandbox_crash``: the worker died (segfault, abort, ``os._exit``, closed its protocol descriptors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+_HEADER = struct.Struct(">I")
+MAX_MESSAGE = 256 << 20
+_WORKER_LABELS = ("reward_error", "sandbox_memory", "sandbox_violation")
+
+
+def _send(fd: int, message: dict, deadline: float | None = None) -> None:
+    data = json.dumps(message, allow_nan=False).encode()
+    data = _HEADER.pack(len(data)) + data
+    while data:
+        if deadline is not None:
+            _wait(fd, deadline, write=True)
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:  # the parent's end is non-blocking: select said some room, not how much
+            continue
+
+
+def _wait(fd: int, deadline: float, write: bool = False) -> None:
+    left = deadline - time.monotonic()
+    ready = select.select([], [fd], [], max(left, 0))[1] if write else select.select([fd], [], [], max(left, 0))[0]
+    if not ready:
+        raise TimeoutError
+
+
+def _read_exact(fd: int, size: int, deadline: float | None) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        if deadline is not None:
+            _wait(fd, deadline)
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd: int, deadline: float | None = None) -> dict | None:
+    """The next message, or None at end of file; ValueError for a malformed one."""
+    header = _read_exact(fd, _HEADER.size, deadline)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_MESSAGE:
+        raise ValueError(f"message of {size} bytes is larger than {MAX_MESSAGE}")
+    body = _read_exact(fd, size, deadline)
+    if body is None:
+        return None
+    message = json.loads(body)
+    if not isinstance(message, dict):
+        raise ValueError("message is not a JSON object")
+    return message
+
+
+class RewardWorker:
+    """``with RewardWorker(harness) as worker: scores, components = worker.score(rows)``.
+
+    rows: dicts with data_source, solution_str, ground_truth, extra_info (a JSON-able dict).
+    timeout_s: deadline per batch; limits: address space / file size / processes of the worker;
+    cpu_s: CPU seconds over the worker's whole life; isolation: auto | os | process (None: the default).
+    """
+
+    def __init__(self, harness_dir: str | Path, *, timeout_s: float = 60.0, memory_mb: int = 4096,
+                 cpu_s: float = 6 * 3600, isolation: str | None = None, startup_timeout_s: float = 60.0):
+        from evotrainer.sandbox.runner import Limits
+
+        self.harness_dir = Path(harness_dir)
+        self.timeout_s, self.cpu_s, self.isolation = timeout_s, cpu_s, isolation
+        self.startup_timeout_s = startup_timeout_s
+        self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
+        self.proc = None
+        self._dirs = None
+        self._failure = None
+        self.startup_s = float("nan")
+
+    def __enter__(self) -> RewardWorker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        from evotrainer.sandbox.runner import sandbox_dirs, sandbox_popen
+
+        began = time.perf_counter()
+        self._dirs = sandbox_dirs(self.harness_dir)
+        work, staged = self._dirs.__enter__()
+        self._log = open(work.parent / "worker.log", "w+b")  # noqa: SIM115 - lives as long as the worker
+        request_r, self._request = os.pipe()
+        self._reply, reply_w = os.pipe()
+        try:
+            self.proc = sandbox_popen(
+                [sys.executable, "-I", "-m", "evotrainer.sandbox.reward_worker", str(staged), str(work),
+                 str(request_r), str(reply_w)],
+                workdir=work, readable=[staged], limits=self.limits, isolation=self.isolation, cpu_s=self.cpu_s,
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, pass_fds=(request_r, reply_w))
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        os.set_blocking(self._request, False)
+        self._call({"hello": True}, self.startup_timeout_s, "start-up")
+        self.startup_s = time.perf_counter() - began
+
+    def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        reply = self._call({"rows": rows}, self.timeout_s, f"a batch of {len(rows)} rows")
+        try:
+            scores = _finite(reply.get("scores"), len(rows), "score")
+            components = {str(key): _finite(values, len(rows), f"component {key!r}")
+                          for key, values in (reply.get("components") or {}).items()}
+        except (TypeError, ValueError, AttributeError) as err:
+            self._fail(f"the reward returned an unusable score: {err}", "reward_error")
+        return scores, components
+
+    def _call(self, message: dict, timeout_s: float, what: str) -> dict:
+        if self._failure is not None:
+            raise self._failure
+        if self.proc is None:
+            raise RuntimeError("RewardWorker is not started (use it as a context manager)")
+        deadline = time.monotonic() + timeout_s
+        try:
+            _send(self._request, message, deadline)
+            reply = _receive(self._reply, deadline)
+        except TimeoutError:
+            self._fail(f"the reward worker did not answer {what} within {timeout_s:g} s", "sandbox_timeout")
+        except (ValueError, UnicodeDecodeError) as err:
+            self._fail(f"the reward worker sent a malformed reply: {err}", "sandbox_violation")
+        except (BrokenPipeError, OSError):
+            reply = None
+        if reply is None:
+            self._died()
+        if not reply.get("ok"):
+            label = reply.get("label") if reply.get("label") in _WORKER_LABELS else "sandbox_violation"
+            self._fail(str(reply.get("message", "the reward failed"))[:8000], label)
+        return reply
+
+    def _died(self) -> None:
+        from evotrainer.sandbox.runner import exit_error, kill
+
+        try:
+            code = self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - still running with its descriptors closed
+            kill(self.proc)
+            code = self.proc.returncode
+        error = exit_error(code, self._tail(), self.limits) if code else None
+        if error is not None and error.label == "sandbox_timeout":
+            error.args = (f"the reward worker ran out of its {self.cpu_s:g} CPU seconds",)
+        self._fail(str(error) if error else f"the reward worker exited (status {code}): {self._tail()}",
+                   error.label if error else "sandbox_crash")
+
+    def _fail(self, message: str, label: str):
+        from evotrainer.sandbox.runner import SandboxError
+
+        self._failure = SandboxError(message, label)
+        self._stop()
+        raise self._failure
+
+    def _tail(self) -> str:
+        self._log.flush()
+        self._log.seek(max(0, os.fstat(self._log.fileno()).st_size - 2000))
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return lines[-1][:500] if lines else "(no output)"
+
+    def _stop(self) -> None:
+        from evotrainer.sandbox.runner import kill
+
+        if self.proc is not None and self.proc.poll() is None:
+            kill(self.proc)
+        for fd in (getattr(self, "_request", None), getattr(self, "_reply", None)):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._request = self._reply = None
+
+    def close(self) -> None:
+        """Stop the worker (end of file on its request pipe, then a kill) and remove its scratch."""
+        if self.proc is not None and self._request is not None:
+            os.close(self._request)
+            self._request = None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=2)
+        self._stop()
+        if self._dirs is not None:
+            self._log.close()
+            self._dirs.__exit__(None, None, None)
+            self._dirs = None
+
+
+def _finite(values, n: int, what: str) -> np.ndarray:
+    if not isinstance(values, list) or len(values) != n:
+        raise ValueError(f"{what}: expected {n} values")
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+        raise ValueError(f"{what}: non-numeric value")
+    array = np.asarray(values, dtype=float)
+    if not np.isfinite(array).all():
+        raise ValueError(f"{what}: NaN or infinite value")
+    return array
+
+
+# ---------------------------------------------------------------- the sandboxed side
+
+
+def _failure(label: str) -> dict:
+    import traceback
+
+    return {"ok": False, "label": label, "message": traceback.format_exc()[-6000:]}
+
+
+def main() -> int:
+    harness, workdir, request, reply = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    import traceback  # noqa: F401 - loaded before the guard, for _failure
+
+    from evotrainer.contracts.harness import load_module, score_rows
+    from evotrainer.sandbox.worker import SandboxViolation, install_guard
+
+    install_guard(workdir)
+    try:
+        reward = load_module(harness, "reward").compute_score
+        answer = {"ok": True}
+    except SandboxViolation:
+        answer, reward = _failure("sandbox_violation"), None
+    except BaseException:  # noqa: BLE001 - any failure to import is the candidate's
+        answer, reward = _failure("reward_error"), None
+    while True:
+        message = _receive(request)
+        if message is None:
+            return 0
+        if reward is not None and "rows" in message:
+            try:
+                scores, components = score_rows(reward, message["rows"])  # the contract's own loop
+                answer = {"ok": True, "scores": scores, "components": components}
+            except SandboxViolation:
+                answer = _failure("sandbox_violation")
+            except MemoryError:
+                answer = {"ok": False, "label": "sandbox_memory", "message": "MemoryError in compute_score"}
+            except BaseException:  # noqa: BLE001 - SystemExit too: the candidate's failure
+                answer = _failure("reward_error")
+        _send(reply, answer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""mini_swe (generated repositories, sandboxed test runs, hidden-test reward), its scripted expert, and
+the agentic task on top of it (splits, replay verification, harness, diagnostics, trusted gates)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evotrainer import envs, tasks
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module
+from evotrainer.contracts.task import check_split, metadata_of
+from evotrainer.envs.mini_swe import (
+    BUG_KINDS,
+    MiniSweEnv,
+    expert_actions,
+    generate,
+    instance_of,
+    random_actions,
+)
+from evotrainer.envs.mini_swe.templates import TEMPLATES
+
+
+@pytest.fixture
+def env(tmp_path):
+    env = envs.make("mini_swe", workdir_root=str(tmp_path / "episodes"), max_turns=8)
+    yield env
+    env.close()
+
+
+def test_instances_are_seeded_and_carry_one_bug_that_a_visible_test_catches():
+    first, again = generate(11, 1), generate(11, 1)
+    assert first == again and first.fingerprint() == again.fingerprint()
+    assert generate(12, 1).fingerprint() != first.fingerprint()
+    module = first.files[first.module_file].splitlines()
+    assert module[first.bug_line - 1] == first.buggy_line != first.original_line
+    assert first.hidden_tests not in first.files.values()
+    small, large = generate(1, 0), generate(1, 2)
+    assert small.files[small.module_file].count("def ") < large.files[large.module_file].count("def ")
+    kinds = {generate(seed, 0).bug_kind for seed in range(60)}
+    assert kinds == set(BUG_KINDS)
+    assert all(generate(seed, 0, ["off_by_one"]).bug_kind == "off_by_one" for seed in range(5))
+    assert all(len(t.mutations) >= 2 for t in TEMPLATES)
+
+
+def test_every_template_mutation_is_caught_by_some_input():
+    from evotrainer.envs.mini_swe.repos import _mutate, _results
+
+    rng = random.Random(0)
+    for template in TEMPLATES:
+        for _kind, old, new in template.mutations:
+            buggy = _mutate(template.code, old, new)[0]
+            cases = [template.args(rng) for _ in range(200)]
+            assert _results(template.code, template.entry, cases) != _results(buggy, template.entry, cases), (
+                template.entry, old)
+
+
+def test_expert_solves_and_random_policy_fails(env):
+    solved = [envs.play(env, expert_actions(generate(seed, seed % 3)), seed=seed, options={"difficulty": seed % 3})
+              for seed in range(4)]
+    assert all(p.reward == 1.0 and p.termination == "submitted" for p in solved)
+    assert "FAIL" in solved[0].messages[3]["content"]  # the first run_tests shows the failing visible test
+    random_rewards = []
+    for seed in range(4):
+        env.reset(seed=seed)
+        actions = random_actions(instance_of(env), random.Random(seed), 8)
+        random_rewards.append(envs.play(env, actions, seed=seed).reward)
+    assert sum(random_rewards) == 0.0
+
+
+def test_policy_code_runs_sandboxed_without_host_writes_or_network(env, tmp_path):
+    env.reset(seed=5)
+    inst = instance_of(env)
+    marker = tmp_path / "escaped.txt"
+    evil = (f"import socket; open({str(marker)!r}, 'w').write('x') if True else None")
+    env.step(f"<tool>replace {inst.module_file} 1\n{evil}\n" + inst.files[inst.module_file].splitlines()[0] + "</tool>")
+    observation, *_ = env.step("<tool>run_tests</tool>")
+    assert not marker.exists()
+    env.reset(seed=5)
+    net = "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)"
+    env.step(f"<tool>replace {inst.module_file} 1\n{net}\n" + inst.files[inst.module_file].splitlines()[0] + "</tool>")
+    observation, *_ = env.step("<tool>run_tests</tool>")
+    assert "OSError" in observation or "unreachable" in observation
+
+
+def test_file_tools_stay_inside_the_workspace(env):
+    env.max_invalid = 10
+    env.reset(seed=2)
+    (env.workspace / "link.py").symlink_to("/etc/passwd")
+    for path in ["/etc/passwd", "../repo/x.py", "link.py", "missing.py"]:
+        observation, _, _, _, info = env.step(f"<tool>view {path}</tool>")
+        assert info["invalid_action"], path
+    _, _, _, _, info = env.step(f"<tool>replace {instance_of(env).module_file} 999\nx</tool>")
+    assert info["invalid_action"]
+
+
+def test_observations_are_truncated_to_the_configured_length(tmp_path):
+    env = MiniSweEnv(difficulty=2, max_observation_chars=120, workdir_root=str(tmp_path))
+    env.reset(seed=1)
+    observation, *_ = env.step(f"<tool>view {instance_of(env).module_file}</tool>")
+    assert len(observation) <= 120 and "characters cut" in observation
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def task_splits():
+    task = tasks.load("agentic", env="mini_swe", env_options={"max_turns": 8}, difficulties=[0, 1])
+    return task, task.splits({"train": 40, "val": 8, "test": 8, "probe": 4}, seed=3)
+
+
+def test_agentic_splits_are_env_instances_with_sealed_test_instances(task_splits):
+    task, splits = task_splits
+    for name, frame in splits.items():
+        check_split(frame, name)
+    fingerprints = {name: {generate(json.loads(t)["seed"], json.loads(t)["options"]["difficulty"]).fingerprint()
+                           for t in frame["ground_truth"]} for name, frame in splits.items()}
+    assert not fingerprints["test"] & (fingerprints["train"] | fingerprints["val"] | fingerprints["probe"])
+    assert not fingerprints["probe"] & fingerprints["test"]
+    row = splits["val"].iloc[0].to_dict()
+    meta = metadata_of(row["metadata"])
+    env = envs.make("mini_swe", **meta["env_options"])
+    observation, _ = env.reset(seed=meta["seed"])
+    assert list(row["prompt"]) == envs.initial_messages(env.system_prompt, observation)
+    env.close()
+    again = task.splits({"test": 8}, seed=3)["test"]
+    assert again["ground_truth"].tolist() == splits["test"]["ground_truth"].tolist()  # the test split alone
+
+
+def test_verify_replays_the_episode_record_and_labels_behaviour(task_splits):
+    task, splits = task_splits
+    row = splits["train"].iloc[0].to_dict()
+    meta = metadata_of(row["metadata"])
+    good = task.verify(task.reference_response(row), row["ground_truth"], meta)
+    assert good.correct and good.format_ok and good.failure_category is None
+    assert good.details["edits"] == 1 and not good.details["premature_submit"] and good.details["bug_kind"]
+    lying = json.dumps({"actions": ["<tool>submit</tool>"], "env_reward": 1.0, "termination": "submitted"})
+    verdict = task.verify(lying, row["ground_truth"], meta)
+    assert not verdict.correct and verdict.failure_category == "tests_failed" and verdict.details["premature_submit"]
+    loop = json.dumps({"actions": ["<tool>run_tests</tool>"] * 3 + ["oops"], "termination": "context_limit"})
+    verdict = task.verify(loop, row["ground_truth"], meta)
+    assert verdict.failure_category == "context_limit" and verdict.details["repeated_action_max"] == 3
+    assert not verdict.format_ok
+    assert task.verify("not json", row["ground_truth"], meta).failure_category == "no_episode_record"
+    conversation = task.reference_conversation(row)
+    assert conversation[-1] == {"role": "assistant", "content": "<tool>submit</tool>"}
+
+
+def test_harness_reward_pays_solved_episodes_and_optional_turn_credit(tmp_path):
+    harness = tasks.load("agentic").default_harness()
+    reward = load_module(harness, "reward")
+    per_turn = [{"turn": 1, "tool": "replace", "valid": True}, {"turn": 2, "tool": "run_tests", "valid": True},
+                {"turn": 3, "tool": None, "valid": False}]
+    out = reward.compute_score("agentic", "...", "{}", {"env_reward": 1.0, "per_turn": per_turn, "invalid_actions": 1})
+    assert out["score"] == 1.0 and "turn_rewards" not in out
+    assert reward.compute_score("agentic", "...", "{}", {"env_reward": 0.0})["score"] == 0.0
+    reward.TURN_CREDIT = 0.1
+    assert reward.compute_score("agentic", "", "{}", {"per_turn": per_turn})["turn_rewards"] == [0.0, 0.1, -0.1]
+    recipe = (harness / "recipe.yaml").read_text()
+    default = (DEFAULT_HARNESS / "recipe.yaml").read_text()
+    keys = [line.split(":")[0] for line in recipe.splitlines() if line and not line.startswith("#")]
+    assert keys == [line.split(":")[0] for line in default.splitlines() if line and not line.startswith("#")]
+
+
+def _episodes_frame():
+    fields = [{"submitted": True, "premature_submit": True, "edits": 0, "repeated_action_max": 1, "bug_kind": "off_by_one"},
+              {"submitted": False, "edits": 2, "edits_without_tests": True, "repeated_action_max": 4,
+               "bug_kind": "off_by_one"},
+              {"submitted": True, "edits": 1, "repeated_action_max": 1, "bug_kind": "wrong_constant"},
+              {"submitted": False, "edits": 0, "repeated_action_max": 5, "bug_kind": "wrong_constant"}]
+    return pd.DataFrame({
+        "group_id": ["a", "a", "b", "b"], "reward": [0.0, 0.0, 1.0, 0.0], "correct": [False, False, True, False],
+        "difficulty": [0, 0, 0, 0], "response_tokens": [30, 90, 40, 80], "truncated": [False, True, False, True],
+        "format_ok": [True, False, True, True], "turns": [1, 8, 5, 8], "tool_calls": [1, 6, 5, 8],
+        "termination": ["submitted", "max_turns", "submitted", "max_turns"],
+        "task_fields": [json.dumps(f) for f in fields], "response": ["x"] * 4})
+
+
+def test_agentic_diagnostics_flag_loops_turn_limits_and_premature_submits():
+    diagnostics = load_module(tasks.load("agentic").default_harness(), "diagnostics")
+    evidence = _episodes_frame()
+    evidence = evidence.assign(**diagnostics.row_features(evidence))
+    found = {f["name"]: f for f in diagnostics.diagnose(evidence, None, {"norm_adv_by_std": True})}
+    assert found["turn_limit_rate"]["value"] == 0.5 and found["turn_limit_rate"]["severity"] == "warn"
+    assert found["loop_rate"]["value"] == 0.5 and found["loop_rate"]["severity"] == "critical"
+    assert found["premature_submit_rate"]["value"] == 0.5
+    assert found["edits_without_tests_rate"]["value"] == 0.5
+    assert found["invalid_action_rate"]["value"] == pytest.approx(2 / 22)
+    assert found["solve_rate_wrong_constant"]["value"] == 0.5 and "dead_group_ratio" in found
+    assert set(diagnostics.COLUMNS) >= {"turns", "tool_calls", "termination", "task_fields"}
+
+
+def test_task_gates_veto_rewards_that_pay_for_acting(tmp_path):
+    task = tasks.load("agentic")
+    rng = np.random.default_rng(0)
+    turns = rng.integers(1, 9, 40)
+    control, honest, paid = tmp_path / "control", tmp_path / "honest", tmp_path / "paid"
+    for directory, reward, scale in [(control, np.zeros(40), 1), (honest, np.zeros(40), 1), (paid, turns / 8.0, 2)]:
+        directory.mkdir()
+        pd.DataFrame({"reward": reward, "correct": np.zeros(40, dtype=bool), "turns": turns * scale,
+                      "tool_calls": turns * scale}).to_parquet(directory / "val_rollouts.parquet")
+    verdicts = {r["gate"]: r for gate in task.gates() for r in gate(paid, control)}
+    assert verdicts["reward_pays_for_actions"]["vetoed"] and verdicts["turn_inflation"]["vetoed"]
+    assert not any(r["vetoed"] for gate in task.gates() for r in gate(honest, control))
