@@ -7,7 +7,7 @@ worker, checking the reply), the worker's start-up (once per backtest), and one 
 the local trainer on the tiny policy with each reward path, so the overhead reads as a share of a step (goal:
 <= 10%).
 
-    .venv/bin/python benchmarks/reward_worker_overhead.py [--steps 200] [--grpo-steps 10]
+    .venv/bin/python benchmarks/reward_worker_overhead.py [--steps 50] [--grpo-steps 5]
 """
 
 from __future__ import annotations

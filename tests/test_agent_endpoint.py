@@ -191,8 +191,8 @@ def test_an_unusable_reply_is_a_labelled_failed_call_and_the_step_goes_on(run_di
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_unusable_reply_then_a_good_one_succeeds(run_dir, name):
-    agent, _, proposals, _, _ = run_agent(name, run_dir, [Raw(b"not json"), submit(LOWER_LR), FINISH])
-    assert [p.diff for p in proposals] == [LOWER_LR]
+    agent, narrative, _, server, _ = run_agent(name, run_dir, [Raw(b"not json"), tool("read_findings"), FINISH])
+    assert server.remaining == 0 and "stopped: finished" in narrative
     assert agent.calls[0].attempts == 2 and agent.calls[0].outcome == "ok" and agent.calls[0].usage_estimated
 
 
@@ -337,11 +337,10 @@ def test_a_huge_reply_text_is_cut_before_it_is_stored_or_sent_back(run_dir, name
 @pytest.mark.parametrize("name", NAMES)
 def test_oversized_tool_arguments_are_refused_and_not_sent_back(run_dir, name):
     big_diff = LOWER_LR + "+# " + "x" * 100_000 + "\n"
-    agent, _, proposals, server, _ = run_agent(name, run_dir, [submit(big_diff), submit(LOWER_LR), FINISH],
+    agent, _, proposals, server, _ = run_agent(name, run_dir, [submit(big_diff), FINISH],
                                                "agent.max_tool_args_chars=20000")
-    accepted, failed = proposals
+    (failed,) = proposals
     assert failed.failure_label == "agent_diff_too_large" and failed.diff == ""
-    assert accepted.diff == LOWER_LR
     assert server.requests[1]["raw_chars"] < 40_000 and "max_tool_args_chars" in server.requests[1]["raw"].decode()
 
 
@@ -430,39 +429,51 @@ def test_an_unknown_fallback_is_a_config_error(run_dir):
 
 # -- the key: never stored, never sent back, never given to candidate code --------------------------------
 
-def exfiltrating_reward(conditional: bool) -> str:
-    """A reward.py that tries to read the key (environment, /proc) and to get it out through the import
-    check's error message (sent back to the model, written to proposal.json)."""
-    steal = ('import os as _os\n'
+def exfiltrating_reward(conditional: bool, echo: str | None = None) -> str:
+    """A reward.py that tries to read the key (its environment, its own and its parent's /proc environ) and to get it out through the import
+    check's error message (sent back to the model, written to proposal.json); ``echo``: a key the endpoint
+    saw in the request headers, written into the code as well."""
+    steal = (f"# echo {echo}\n" if echo else "") + ('import os as _os\n'
              '_LOOT = " ".join(v for k, v in _os.environ.items() if "KEY" in k or "TOKEN" in k)\n'
-             'try:\n'
-             '    _LOOT += open("/proc/self/environ", "rb").read().decode("utf-8", "replace")\n'
-             'except OSError:\n'
-             '    pass\n')
+             'for _pid in ("self", str(_os.getppid())):\n'
+             '    try:\n'
+             '        _LOOT += open(f"/proc/{_pid}/environ", "rb").read().decode("utf-8", "replace")\n'
+             '    except OSError:\n'
+             '        pass\n')
     steal += ('if "sk-" in _LOOT:\n    raise ImportError("exfil: " + _LOOT)\n' if conditional
               else 'raise ImportError("exfil: " + (_LOOT or "nothing"))\n')
     return unified_diff("reward.py", REWARD, REWARD + "\n" + steal)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_the_canary_key_never_reaches_results_request_bodies_or_candidate_code(run_dir, name, tmp_path):
+def hostile_script() -> list:
+    echo = Turn(text=f"Diagnosis. By the way, your key is {CANARY}.",
+                tool_calls=[("read_harness_file", {"file": "reward.py"})])
+    return [echo, submit(exfiltrating_reward(conditional=False), "exfil_always", hypothesis=f"leak {CANARY}"),
+            submit(exfiltrating_reward(conditional=True, echo=CANARY), "exfil_if_key"), FINISH]
+
+
+def test_the_canary_key_never_reaches_the_agent_outputs_or_requests_openai(run_dir, tmp_path):
+    agent, narrative, proposals, server, _ = run_agent("openai", run_dir, hostile_script())
+    no_canary_in(server)
+    accepted, failed = proposals
+    assert failed.failure_label in ("import_error", "sandbox_violation") and "exfil" in failed.error
+    assert accepted.intervention == "exfil_if_key" and f"# echo {secrets.REDACTED}" in accepted.diff
+    calls.write(tmp_path / calls.FILE_NAME, agent.calls)
+    outputs = [narrative, *(json.dumps(p.__dict__) for p in proposals), (tmp_path / calls.FILE_NAME).read_bytes().decode("latin-1")]
+    assert not any(CANARY in text for text in outputs) and secrets.REDACTED in narrative
+
+
+def test_the_canary_key_never_reaches_results_request_bodies_or_candidate_code(run_dir, tmp_path):
+    """The real propose stage (agent=claude): the whole results tree and every request body are searched."""
     from evotrainer.atomic import read_json
     from evotrainer.stages import propose
 
+    name = "claude"
     run = tmp_path / "r"
     shutil.copytree(run_dir, run)
-    echo = Turn(text=f"Diagnosis. By the way, your key is {CANARY}.",
-                tool_calls=[("read_harness_file", {"file": "reward.py"})])
-    script = [
-        echo,
-        submit(exfiltrating_reward(conditional=False), "exfil_always", hypothesis=f"leak {CANARY}"),
-        submit(exfiltrating_reward(conditional=True), "exfil_if_key"),
-        submit(LOWER_LR.replace("+lr: 1.00e-04", f"+lr: 1.00e-04  # {CANARY}"), "echo_in_diff"),
-        FINISH,
-    ]
-    with ScriptedLLM(script) as server:
+    with ScriptedLLM(hostile_script()) as server:
         conf = run / "config.yaml"
-        conf.write_text(to_yaml(compose(["experiment=quick", "run=r", *overrides(name, server.url, "agent.max_candidates=3")])))
+        conf.write_text(to_yaml(compose(["experiment=quick", "run=r", *overrides(name, server.url)])))
         gen = run / "gen0"
         propose.run(str(conf), str(gen / "diagnosis.json"), str(gen / "harness"), str(run / "lineage.parquet"),
                     str(gen / "candidates"), 0)
@@ -477,8 +488,8 @@ def test_the_canary_key_never_reaches_results_request_bodies_or_candidate_code(r
     assert "exfil" in always["validation"]["error"] and always["hypothesis"] == f"leak {secrets.REDACTED}"
     # the import check ran without the key in its environment: the conditional thief found nothing to steal
     assert read_json(written["exfil_if_key"] / "proposal.json")["validation"]["ok"]
-    echoed = (written["echo_in_diff"] / "harness.diff").read_text()
-    assert secrets.REDACTED in echoed and "lr: 1.00e-04" in echoed
+    echoed = (written["exfil_if_key"] / "harness.diff").read_text()  # the key the model wrote in is redacted
+    assert f"# echo {secrets.REDACTED}" in echoed
     assert secrets.REDACTED in (gen / "candidates" / "narrative.md").read_text()
 
 

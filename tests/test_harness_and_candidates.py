@@ -123,3 +123,18 @@ def test_heuristic_agent_does_not_repeat_a_tried_diff(harness):
     tried = pd.DataFrame({"parent_harness_id": [harness_id(harness)], "diff_hash": [diff_hash(first.diff)]})
     again = agent.propose(_context(harness, [_finding("dead_group_ratio", "critical")], tried), k=1)[0]
     assert again.intervention != first.intervention
+
+
+def test_every_listed_failure_label_is_emitted_by_some_code_path():
+    """The lineage's label list holds no label that nothing emits (every label appears in code besides the list)."""
+    import re
+    from pathlib import Path
+
+    from evotrainer.contracts.lineage import FAILURE_LABELS
+
+    src = Path(__file__).resolve().parents[1] / "src" / "evotrainer"
+    code = "\n".join(p.read_text(encoding="utf-8") for p in src.rglob("*.py") if p.name != "lineage.py")
+    for label in FAILURE_LABELS:
+        name = label.removeprefix("vetoed:")
+        assert re.search(rf"[\"']{re.escape(name)}[\"']|\b{re.escape(name.upper())}\b|gate\(\"{re.escape(name)}\"", code) \
+            or f'"{name}"' in code or f"'{name}'" in code, f"{label} is listed but never emitted"

@@ -15,13 +15,22 @@ from evotrainer.backends.local.grpo import _optimise, _reference_model
 from evotrainer.backends.local.sampler import decode_responses, encode_prompts, sample
 from evotrainer.backends.local.sft import _step, encode_pairs, sft_frame, warm_start
 from evotrainer.policy.chat import eos_token_ids, pad_token_id, prompt_token_ids, render_prompts
+from evotrainer.policy.qwen2_tiny import build_tokenizer
 from evotrainer.policy.tiny import load_policy
 from evotrainer.tasks import load
 from tests import hf_fixtures
 
 qwen2_dir = hf_fixtures.qwen2_dir  # the session fixture, used by name below
 
-torch.set_num_threads(2)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: these models are too small to gain from two, and a busy machine makes two slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +45,11 @@ def test_the_model_directory_reloads_with_auto_classes_and_has_no_bos(qwen2_dir)
     assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.max_position_embeddings >= 1024
     assert tok.bos_token is None and tok.eos_token == "<|im_end|>" and 300 <= len(tok) <= 1000
     assert eos_token_ids(model, tok) == [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
-    text = "State the final answer to the following arithmetic problem: 17 - 4 ="
-    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text  # byte-level: lossless
+    text = "State the final answer to the following arithmetic problem: 17 - 4 = héllo 日本\n"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text  # byte-level: lossless, even for text the BPE never saw
+    built = build_tokenizer(hf_fixtures.TRAINING_TEXT, vocab_size=512)  # BPE training is deterministic
+    assert built(text, add_special_tokens=False)["input_ids"] == ids
 
 
 def test_chatml_prompts_render_without_bos(qwen2_dir):
@@ -139,7 +151,7 @@ def test_grpo_micro_batches_give_the_full_batch_update(qwen2_dir, loss_agg):
         model, tok = load_policy(qwen2_dir)
         batch, adv = _sampled_batch(model, tok)
         ref = _reference_model(model, recipe["kl_coef"], "kl_only")
-        optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=recipe["lr"])  # linear in the gradient (Adam is not)
         metrics = _optimise(model, ref, optimizer, [batch], [adv], recipe, pad_token_id(tok), micro_batch_size=micro)
         results.append((metrics, torch.cat([p.detach().flatten() for p in model.parameters()])))
     (full, w_full), (micro, w_micro) = results

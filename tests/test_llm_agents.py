@@ -12,12 +12,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from evotrainer.contracts import lineage
 from evotrainer.agents import make_agent
 from evotrainer.agents.base import FailedProposal
 from evotrainer.agents.heuristic import set_recipe_values, unified_diff
 from evotrainer.agents.tools import TOOL_SPECS, Toolbox
 from evotrainer.config import compose, to_yaml
+from evotrainer.contracts import lineage
 from evotrainer.contracts.harness import DEFAULT_HARNESS
 from tests.llm_server import HttpError, ScriptedLLM, Turn, tool
 
@@ -309,8 +309,8 @@ def test_every_tool_output_is_bounded(generation):
 
 
 def test_evidence_queries_are_whitelisted_and_never_show_the_test_split(generation, tmp_path):
-    from evotrainer.contracts import evidence
     from evotrainer.agents.tools import ToolError
+    from evotrainer.contracts import evidence
 
     run = tmp_path / "run"
     shutil.copytree(generation, run)
@@ -436,37 +436,48 @@ def test_a_500_storm_fails_one_candidate_and_the_heuristic_fills_the_free_slots(
 
 @pytest.mark.e2e
 def test_snakemake_run_with_agent_claude_completes_and_never_writes_the_key(tmp_path):
+    """A hostile endpoint in a real run: it echoes the key it received (in its text, a hypothesis and a
+    diff) and submits a reward.py that tries to steal it from the environment; the key is nowhere in
+    the results tree, Snakemake's files, its output or any request body, and the report shows the calls."""
     import os
     import subprocess
     import sys
 
+    from tests.test_agent_endpoint import exfiltrating_reward
+
     repo = Path(__file__).resolve().parents[1]
     script = [
         HttpError(429, "rate_limit_error", "slow down", {"retry-after-ms": "100"}),
-        Turn(text="Many GRPO groups carry no signal; the recipe is the first lever.",
+        Turn(text=f"Many GRPO groups carry no signal; the recipe is the first lever. (Your key: {KEY})",
              tool_calls=[("read_harness_file", {"file": "recipe.yaml"})]),
         tool("query_evidence", aggregation="group_signal"),
-        submit(WRONG_FILE, "edit_outside"), submit(WRONG_FILE, "edit_outside"),
-        submit(LOWER_LR),
+        submit(WRONG_FILE, "edit_outside"),
+        tool("submit_candidate", intervention="exfil", hypothesis=f"leak {KEY}", targeted_findings=[],
+             success_criterion="the key", diff=exfiltrating_reward(conditional=False)),
+        submit(LOWER_LR.replace("+lr: 1.00e-04", f"+lr: 1.00e-04  # {KEY}")),
     ]
     with ScriptedLLM(script) as server:
         cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(tmp_path),
                "--cores", "2", "--config", "experiment=quick", "search__generations=1", "search__headline_seeds=1",
-               "agent=claude", f"agent__base_url={server.url}", "agent__max_candidates=2",
-               "agent__max_invalid_replies=2"]
+               "agent=claude", f"agent__base_url={server.url}", "agent__max_candidates=3",
+               "agent__max_invalid_replies=1"]
         env = os.environ | {"ANTHROPIC_API_KEY": KEY}
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert server.remaining == 0 and len(server.requests) == 6
     headers = {k.lower(): v for k, v in server.requests[0]["headers"].items()}
     assert KEY in headers.get("authorization", "") + headers.get("x-api-key", "")
+    assert not [r for r in server.requests if KEY.encode() in r["raw"]]  # never sent back in a body
     results = tmp_path / "results" / "default"
     assert (results / "summary.json").exists() and (results / "report.html").exists()
     rows = lineage.read(results / "lineage.parquet").set_index("candidate_id")
     assert rows.loc["c1", "intervention"] == "lower_lr" and rows.loc["c1", "verdict"] != "failed"
     assert (rows.loc["c2", "verdict"], rows.loc["c2", "failure_label"]) == ("failed", "agent_wrong_file")
+    assert (rows.loc["c3", "verdict"], rows.loc["c3", "failure_label"]) == ("failed", "import_error")
     table = pd.read_parquet(results / "gen0" / "candidates" / "agent_calls.parquet")
     assert len(table) == 5 and table["attempts"].iloc[0] == 2 and (table["outcome"] == "ok").all()
+    # the report reads the call log where propose writes it
+    assert "5 API call(s)" in (results / "report.html").read_text()
     # the key was sent to the endpoint, and is nowhere in results, logs or Snakemake's own files
     leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaks == []
@@ -474,8 +485,8 @@ def test_snakemake_run_with_agent_claude_completes_and_never_writes_the_key(tmp_
 
 
 def test_read_skills_returns_the_matching_skills_of_the_library(generation, tmp_path):
-    from evotrainer.contracts import skill as skills
     from evotrainer.atomic import write_json
+    from evotrainer.contracts import skill as skills
 
     store = tmp_path / "library"
     outcome = {"run_dir": "results/old", "generation": 0, "candidate_id": "c1", "verdict": "worked",
@@ -505,7 +516,7 @@ def test_read_lineage_shows_verdicts_and_failure_labels(generation, tmp_path):
                     "verdict": "promoted", "failure_label": None, "val_accuracy": 0.35, "delta_vs_control": 0.05},
             base | {"candidate_id": "c2", "intervention": "edit_outside", "diff_hash": "b", "diff": WRONG_FILE,
                     "verdict": "failed", "failure_label": "agent_wrong_file"}]
-    lineage.upsert_generation(run / "lineage.parquet", pd.DataFrame(rows))
+    lineage.write_generation(run / "lineage.parquet", pd.DataFrame(rows))
     shown = json.loads(toolbox(run).run("read_lineage", {"include_diffs": True}))
     assert shown["candidates"] == 2
     c1, c2 = shown["rows"]

@@ -133,7 +133,8 @@ def test_verify_replays_the_episode_record_and_labels_behaviour(task_splits):
     task, splits = task_splits
     row = splits["train"].iloc[0].to_dict()
     meta = metadata_of(row["metadata"])
-    good = task.verify(task.reference_response(row), row["ground_truth"], meta)
+    good = task.verify(task.reference_record(row), row["ground_truth"], meta)
+    assert task.reference_response(row) is None  # no single-turn reference: SFT uses whole conversations
     assert good.correct and good.format_ok and good.failure_category is None
     assert good.details["edits"] == 1 and not good.details["premature_submit"] and good.details["bug_kind"]
     lying = json.dumps({"actions": ["<tool>submit</tool>"], "env_reward": 1.0, "termination": "submitted"})

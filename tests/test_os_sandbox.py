@@ -171,6 +171,16 @@ def test_os_sandbox_environment_has_no_credentials(probe):
     assert set(env) <= set(isolation.ENV_ALLOW) | {"HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PWD"}
 
 
+def test_process_isolation_environment_has_no_credentials(tmp_path, monkeypatch):
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    result = run_isolated([sys.executable, "-I", "-c", "import json, os; print(json.dumps(dict(os.environ)))"],
+                          workdir=tmp_path, isolation="process")
+    env = json.loads(result.stdout)
+    assert not set(CREDENTIALS) & set(env) and env["HOME"] == str(tmp_path)
+    assert set(env) <= set(isolation.ENV_ALLOW) | {"HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}
+
+
 @needs_os
 def test_os_sandbox_cannot_see_or_signal_outside_processes(probe):
     report = probe["report"]

@@ -44,8 +44,9 @@ def test_sandboxed_scores_match_in_process_scores():
         ("subprocess.run(['true'])\nreturn 1.0", "sandbox_violation", Limits()),
         ("x = bytearray(3 * 1024**3)\nreturn 1.0", "sandbox_memory", Limits(memory_mb=1536)),
         ("raise ValueError('bad reward')", "sandbox_crash", Limits()),
+        ("open('big.bin', 'wb').write(bytes(3 * 1024**2))\nreturn 1.0", "sandbox_violation", Limits(file_mb=1)),
     ],
-    ids=["hang", "write-outside", "delete-outside", "network", "subprocess", "memory", "exception"],
+    ids=["hang", "write-outside", "delete-outside", "network", "subprocess", "memory", "exception", "file-size"],
 )
 @pytest.mark.parametrize("mode", MODES)
 def test_misbehaving_reward_fails_with_its_label(harness, body, label, limits, mode):

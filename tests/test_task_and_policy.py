@@ -2,25 +2,29 @@ import pandas as pd
 import torch
 
 from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy, param_count, save_policy
-from evotrainer.tasks.arithmetic import Level, is_correct, make_splits, parse_answer
+from evotrainer.tasks.arithmetic import is_correct, parse_answer
 
 
-def test_splits_are_disjoint_and_reproducible(splits):
-    train, val, test = (set(splits[s]["prompt"]) for s in ("train", "val", "test"))
+def _text(frame: pd.DataFrame) -> list[str]:
+    """The prompt text of each row (one user message)."""
+    return [messages[-1]["content"] for messages in frame["prompt"]]
+
+
+def test_splits_are_disjoint_and_reproducible(splits, task):
+    train, val, test = (set(_text(splits[s])) for s in ("train", "val", "test"))
     assert not train & test and not train & val and not val & test
-    again = make_splits([Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)],
-                        {"train": 3000, "val": 200, "test": 200, "probe": 32}, "+-", seed=7)
+    again = task.splits({"train": 3000, "val": 200, "test": 200, "probe": 32}, seed=7)
     pd.testing.assert_frame_equal(again["test"], splits["test"])
 
 
 def test_ground_truth_is_the_value_of_the_expression(splits):
-    for row in splits["val"].itertuples():
-        assert int(row.ground_truth) == eval(row.prompt.rstrip("="))
+    for text, truth in zip(_text(splits["val"]), splits["val"]["ground_truth"], strict=True):
+        assert int(truth) == eval(text.rstrip("="))
 
 
 def test_probe_prompts_come_from_the_training_partition(splits):
-    held_out = set(splits["val"]["prompt"]) | set(splits["test"]["prompt"])
-    assert not set(splits["probe"]["prompt"]) & held_out
+    held_out = set(_text(splits["val"])) | set(_text(splits["test"]))
+    assert not set(_text(splits["probe"])) & held_out
 
 
 def test_answer_parsing():
@@ -48,7 +52,19 @@ def test_tiny_policy_is_a_normal_hf_directory(tmp_path):
     assert loaded_tok.padding_side == "left" and loaded_tok.decode(ids[0, 1:]) == "1+2="
 
 
-def test_the_test_split_can_be_made_alone_and_equal(splits):
-    levels = [Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)]
-    alone = make_splits(levels, {"test": 200}, "+-", seed=7)["test"]
+def test_the_test_split_can_be_made_alone_and_equal(splits, task):
+    alone = task.splits({"test": 200}, seed=7)["test"]
     pd.testing.assert_frame_equal(alone, splits["test"])
+
+
+def test_tiny_tokenizer_chat_template_renders_the_prompt_verbatim_after_bos(tmp_path):
+    from evotrainer.contracts.task import messages
+    from evotrainer.policy.chat import eos_token_ids, render_prompts
+
+    tok = build_tokenizer()
+    assert render_prompts(tok, [messages("23-58+7=")]) == ["<bos>23-58+7="]
+    model = build_model(tok)
+    save_policy(model, tok, tmp_path / "p")
+    loaded_model, loaded = load_policy(tmp_path / "p")
+    assert render_prompts(loaded, [messages("1+2=", system="ignored")]) == ["<bos>1+2="]
+    assert eos_token_ids(loaded_model, loaded) == [tok.eos_token_id]

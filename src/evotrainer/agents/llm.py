@@ -31,31 +31,33 @@ from evotrainer.agents import calls as call_records
 from evotrainer.agents.base import FailedProposal, FallbackProposal, ProposalContext
 from evotrainer.agents.prompts import first_message, system_prompt
 from evotrainer.agents.replies import Reply, ToolCall
+from evotrainer.agents.submission import (  # noqa: F401  (the labels are re-exported)
+    BAD_TOOL_CALL,
+    BUDGET,
+    DOES_NOT_APPLY,
+    DUPLICATE,
+    FAILURE_LABELS,
+    FIELD_CHARS,
+    NO_DIFF,
+    NO_TOOL_CALL,
+    NON_UTF8,
+    NOT_A_DIFF,
+    TOO_LARGE,
+    WRONG_FILE,
+    check_submission,
+    cut_text,
+)
 from evotrainer.agents.tools import TOOL_SPECS, Toolbox, ToolError, cap
 from evotrainer.agents.transport import API_ERROR, MALFORMED, TIMEOUT, CallFailed, Deadline
-from evotrainer.contracts.candidate import CandidateError, Proposal, touched_files, validate
+from evotrainer.contracts.candidate import Proposal
 from evotrainer.runtime import diff_hash
 
-# labels of candidates the agent failed to produce (evotrainer.contracts.lineage.FAILURE_LABELS lists them too)
-NO_TOOL_CALL = "agent_no_tool_call"
-BAD_TOOL_CALL = "agent_bad_tool_call"
-NO_DIFF = "agent_no_diff"
-NON_UTF8 = "agent_non_utf8"
-TOO_LARGE = "agent_diff_too_large"
-WRONG_FILE = "agent_wrong_file"
-NOT_A_DIFF = "agent_not_a_diff"
-DOES_NOT_APPLY = "agent_diff_does_not_apply"
-DUPLICATE = "agent_duplicate"
-BUDGET = "agent_budget_exhausted"
-FAILURE_LABELS = (NO_TOOL_CALL, BAD_TOOL_CALL, NO_DIFF, NON_UTF8, TOO_LARGE, WRONG_FILE, NOT_A_DIFF,
-                  DOES_NOT_APPLY, DUPLICATE, API_ERROR, TIMEOUT, MALFORMED, BUDGET)
 USAGE_INVALID = "agent_usage_invalid"  # a call label (agent_calls.parquet), not a candidate's
 STOP_OF_LABEL = {API_ERROR: "api_error", TIMEOUT: "timeout", MALFORMED: "malformed_reply"}
 # stops for which the offline agent fills the free slots (agent.fallback: heuristic)
 FALLBACK_STOPS = ("budget", "api_error", "timeout", "malformed_reply", "deadline", "agent_error")
 FALLBACK_CHOICES = ("heuristic", "none")
 MIN_CHARS_PER_TOKEN_REPORTED = 8  # fewer input tokens than request chars / 8 is under-reported usage
-FIELD_CHARS = {"intervention": 100, "hypothesis": 2000, "success_criterion": 1000}
 
 
 class AgentSetupError(RuntimeError):
@@ -130,42 +132,6 @@ class Session:
     proposals: list[Proposal]
     stop: str
     calls: list[call_records.CallRecord] = field(default_factory=list)
-
-
-def check_submission(harness_dir, arguments: dict | None, max_diff_bytes: int,
-                     tried: set[str]) -> tuple[Proposal | None, str | None, str | None]:
-    """(proposal, None, None) if valid, else (None, failure label, message for the model)."""
-    if not isinstance(arguments, dict):
-        return None, BAD_TOOL_CALL, "submit_candidate needs a JSON object of arguments"
-    for key in ("intervention", "hypothesis", "success_criterion", "diff"):
-        if not isinstance(arguments.get(key), str):
-            return None, (NO_DIFF if key == "diff" else BAD_TOOL_CALL), f"'{key}' must be a string"
-    targeted = arguments.get("targeted_findings", [])
-    if not isinstance(targeted, list) or not all(isinstance(t, str) for t in targeted):
-        return None, BAD_TOOL_CALL, "'targeted_findings' must be a list of finding names"
-    diff = arguments["diff"]
-    if not diff.strip():
-        return None, NO_DIFF, "the diff is empty; a candidate must change the harness"
-    try:
-        size = len(diff.encode("utf-8"))
-    except UnicodeEncodeError as err:
-        return None, NON_UTF8, f"the diff is not valid UTF-8 (bad character at offset {err.start}); send plain text"
-    if size > max_diff_bytes:
-        return None, TOO_LARGE, f"the diff has {size} bytes; the limit is {max_diff_bytes}: make one small change"
-    try:
-        touched_files(diff)
-    except CandidateError as err:
-        return None, (WRONG_FILE if err.label == "forbidden_path" else NOT_A_DIFF), str(err)
-    if diff_hash(diff) in tried:
-        return None, DUPLICATE, "this exact diff was already tried from this parent harness; propose a different change"
-    result = validate(harness_dir, diff)
-    if not result["ok"]:
-        label = DOES_NOT_APPLY if result["failure_label"] == "invalid_diff" else result["failure_label"]
-        hint = " Read the file again and copy the context lines exactly." if label == DOES_NOT_APPLY else ""
-        return None, label, f"{result['error']}{hint}"
-    fields = {key: _cut(arguments[key], FIELD_CHARS[key]) for key in FIELD_CHARS}
-    return Proposal(fields["intervention"].strip() or "llm_candidate", fields["hypothesis"],
-                    [_cut(t, 100) for t in targeted[:20]], fields["success_criterion"], diff), None, None
 
 
 class LLMAgent:
@@ -296,7 +262,7 @@ class LLMAgent:
         spent_here = [c for c in self.calls if c.generation == context.generation]
         summary = (f"Agent {self.name} ({self.provider.model}): {len(accepted)} candidate(s) accepted, "
                    f"{len(failed)} failed; stopped: {stop}; {len(spent_here)} call(s); run budget used: {budget.describe()}.")
-        text = _cut("\n\n".join(narrative), int(cfg.max_reply_chars)) if narrative else "The model wrote no diagnosis text."
+        text = cut_text("\n\n".join(narrative), int(cfg.max_reply_chars)) if narrative else "The model wrote no diagnosis text."
         return Session(narrative=secrets.redact(f"{text}\n\n{summary}{note}"), proposals=[*accepted, *failed][:k],
                        stop=stop, calls=spent_here)
 
@@ -350,15 +316,15 @@ class LLMAgent:
 
         def text(key: str, default: str = "") -> str:
             value = args.get(key, default)
-            return self._redact(_cut(value, FIELD_CHARS.get(key, int(self.cfg.max_diff_bytes)))) if isinstance(value, str) else default
+            return self._redact(cut_text(value, FIELD_CHARS.get(key, int(self.cfg.max_diff_bytes)))) if isinstance(value, str) else default
 
         targeted = args.get("targeted_findings", [])
         return FailedProposal(
             intervention=text("intervention", "llm_candidate").strip() or "llm_candidate",
             hypothesis=text("hypothesis"),
-            targeted_findings=[_cut(t, 100) for t in targeted[:20] if isinstance(t, str)] if isinstance(targeted, list) else [],
+            targeted_findings=[cut_text(t, 100) for t in targeted[:20] if isinstance(t, str)] if isinstance(targeted, list) else [],
             success_criterion=text("success_criterion"), diff=text("diff"), failure_label=label,
-            error=self._redact(_cut(error or "", 2000)),
+            error=self._redact(cut_text(error or "", 2000)),
         )
 
     # -- the fallback ----------------------------------------------------------------------------------
@@ -399,7 +365,3 @@ def _run_tool(toolbox: Toolbox, call: ToolCall) -> tuple[ToolCall, str, bool]:
 def _chars(system: str, messages: list[dict], tools: list[dict]) -> int:
     """Characters of the JSON the agent sends (system + tools + messages)."""
     return len(json.dumps([system, messages, tools], ensure_ascii=False, default=str))
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit} characters cut]"

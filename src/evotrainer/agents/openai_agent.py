@@ -72,6 +72,7 @@ class OpenAIProvider(SDKProvider):
             function = tool_call.get("function")
             if not isinstance(function, dict):  # a non-function tool call: nothing this agent offered
                 calls.append(ToolCall(call_id, "unknown", None, "only function tool calls are supported"))
+                wire_calls.append({"id": call_id, "type": "function", "function": {"name": "unknown", "arguments": "{}"}})
                 continue
             name = name_or_id(function.get("name"), f"{where}.function.name")
             raw = function.get("arguments")

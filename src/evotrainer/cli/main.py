@@ -5,6 +5,7 @@ evidence validate, the human-gate decisions)."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     entry: Callable = load_object(args.pop("_entry"))
     from evotrainer import runtime  # noqa: F401  (offline env vars before any HF import)
 
-    return int(entry(**{k: v for k, v in args.items() if v is not None}) or 0)
+    # an option left out is None: passed as None where the function has no default, else its default applies
+    params = inspect.signature(entry).parameters
+    args = {k: v for k, v in args.items() if v is not None or (k in params and params[k].default is inspect.Parameter.empty)}
+    status = entry(**args)
+    return status if isinstance(status, int) else 0  # stage functions return None (or what they built)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered")
 FAILURE_LABELS = (
     "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
     "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "replay_no_signal",
-    "replay_low_kept_fraction", "train_crash", "budget_exceeded", "no_gain",
+    "replay_low_kept_fraction", "reward_error", "curriculum_error", "train_crash", "oom_killed", "train_timeout",
+    "no_gain",
     "vetoed:reward_hacking", "vetoed:reward_correctness", "vetoed:reward_false_positives", "vetoed:length_gaming", "vetoed:exploration_collapse",
     "vetoed:format_exploitation",
     "diagnostic_crash", "diagnostic_slow", "diagnostic_memory", "diagnostic_violation", "diagnostic_invalid",

@@ -81,6 +81,12 @@ class Task(ABC):
         """``verify`` on a split (or evidence) row: its ground truth and parsed metadata."""
         return self.verify(response, str(row["ground_truth"]), metadata_of(row.get("metadata")))
 
+    def verify_many(self, responses: list[str], ground_truths: list[str],
+                    metadatas: list[dict | None] | None = None) -> list[Verification]:
+        """``verify`` over a batch (a task whose verification is expensive overrides it, e.g. in parallel)."""
+        metadatas = metadatas if metadatas is not None else [None] * len(responses)
+        return [self.verify(r, gt, md) for r, gt, md in zip(responses, ground_truths, metadatas, strict=True)]
+
     def gates(self) -> list[Gate]:
         """The domain's trusted validity gates (beside the generic ones)."""
         return []

@@ -10,7 +10,7 @@ with ``envs.adapters.GymAdapter``; see docs/environments.md.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
@@ -36,6 +36,9 @@ _REGISTERED: dict[str, Callable[..., object]] = {}
 
 def register(name: str):
     """Decorator: make an Environment class or factory available to ``make(name)``."""
+    if name in BUILTIN:
+        raise EnvError(f"environment name {name!r} is built in; register yours under another name")
+
     def decorate(factory):
         _REGISTERED[name] = factory
         return factory
@@ -43,10 +46,8 @@ def register(name: str):
 
 
 def _factories() -> dict[str, Callable[..., object] | str]:
-    found: dict[str, Callable[..., object] | str] = dict(BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
-    return found | _REGISTERED
+    installed = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return {**installed, **BUILTIN, **_REGISTERED}  # built-ins win over entry points, registered code over both
 
 
 def names() -> list[str]:
@@ -54,14 +55,11 @@ def names() -> list[str]:
 
 
 def resolve(name: str) -> Callable[..., object]:
-    """The class or factory registered as ``name`` (imported on demand)."""
+    """The class or factory registered as ``name`` (a "module:attr" string is imported on demand)."""
     factory = _factories().get(name)
     if factory is None:
         raise EnvError(f"environment {name!r} is not installed; installed environments: {names()}")
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    return factory
+    return pkgutil.resolve_name(factory) if isinstance(factory, str) else factory
 
 
 def make(name: str, **options) -> Environment:

@@ -156,8 +156,9 @@ class Environment(ABC):
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         self._turn = self._tool_calls = self._invalid_run = 0
         self._started = time.monotonic()
-        self._over = False
+        self._over = True  # until the set-up below succeeds
         observation, info = self._reset(seed, dict(options or {}))
+        self._over = False
         return truncate(observation, self.max_observation_chars), {"turn": 0, "termination": None, **info}
 
     def preview(self, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from evotrainer.policy.chat import eos_token_ids
 
 
+PRIVATE_INFO = ("hidden_output",)  # info an environment keeps out of records (it would reveal hidden tests)
+
+
 @dataclass
 class EpisodeSpec:
     """One environment instance to play (a task row)."""
@@ -162,7 +165,7 @@ class Episode:
                 "tool_calls": self.tool_calls, "invalid_actions": self.invalid_actions,
                 "termination": self.termination, "env_reward": self.env_reward,
                 "response_tokens": self.response_tokens, "per_turn": list(self.per_turn),
-                "final_info": {k: v for k, v in self.final_info.items() if _jsonable(v)}}
+                "final_info": {k: v for k, v in self.final_info.items() if k not in PRIVATE_INFO and _jsonable(v)}}
 
 
 def _jsonable(value) -> bool:

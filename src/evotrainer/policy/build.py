@@ -7,13 +7,14 @@ from __future__ import annotations
 import pandas as pd
 
 
-def make_policy(policy_cfg, train: pd.DataFrame, device: str, seed: int):
-    """(model, tokenizer) on ``device``; ``train`` holds the task's training rows (with ``response``)."""
+def make_policy(policy_cfg, train: pd.DataFrame, device: str, seed: int, alphabet: str | None = None):
+    """(model, tokenizer) on ``device``; ``train`` holds the task's training rows (with ``response``);
+    ``alphabet``: characters the task's prompts and answers use beyond digits and + - * = (tiny policy)."""
     p = policy_cfg
     if p.name == "tiny":
         from evotrainer.policy.tiny import build_model, build_tokenizer
 
-        tokenizer = build_tokenizer()
+        tokenizer = build_tokenizer(alphabet or "")
         return build_model(tokenizer, p.hidden_size, p.num_layers, p.num_heads, p.intermediate_size,
                            p.max_positions, seed=seed).to(device), tokenizer
     if p.name == "qwen2_tiny":

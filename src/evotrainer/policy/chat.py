@@ -65,9 +65,10 @@ def prompt_token_ids(tokenizer, prompts: Iterable[Any]) -> list[list[int]]:
     return encode_rendered(tokenizer, render_prompts(tokenizer, prompts))
 
 
-def response_token_ids(tokenizer, responses: Sequence[str]) -> list[list[int]]:
-    """Token ids of target responses followed by EOS (what SFT supervises and the sampler stops on)."""
-    eos = eos_token_ids(None, tokenizer)[0]
+def response_token_ids(tokenizer, responses: Sequence[str], eos_id: int | None = None) -> list[list[int]]:
+    """Token ids of target responses followed by EOS (what SFT supervises and the sampler stops on);
+    ``eos_id`` defaults to the tokenizer's."""
+    eos = eos_token_ids(None, tokenizer)[0] if eos_id is None else eos_id
     return [ids + [eos] for ids in encode_rendered(tokenizer, responses)]
 
 

@@ -17,12 +17,15 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = list("0123456789+-*= ")
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; its chat template renders BOS + the user's message verbatim."""
-    vocab = {token: i for i, token in enumerate(SPECIALS + CHARS)}
+def build_tokenizer(extra_chars: str = "") -> PreTrainedTokenizerFast:
+    """One token per character; its chat template renders BOS + the user's message verbatim.
+    ``extra_chars`` (a task's alphabet, e.g. the code task's letters and newline) are added after the
+    default characters, so the default vocabulary's ids never change."""
+    chars = CHARS + [c for c in dict.fromkeys(extra_chars) if c not in CHARS]
+    vocab = {token: i for i, token in enumerate(SPECIALS + chars)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # one token per character; Fuse joins them back without the spaces WordLevel would insert
-    core.pre_tokenizer = pre_tokenizers.Split(pattern=Regex("."), behavior="isolated")
+    # one token per character (newlines included); Fuse joins them back without the spaces WordLevel inserts
+    core.pre_tokenizer = pre_tokenizers.Split(pattern=Regex("[\\s\\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,

@@ -157,17 +157,17 @@ def plot_findings_heatmap(data: RunData) -> bytes:
         ax.text(0.5, 0.5, "no graded findings", ha="center")
         ax.axis("off")
         return _png(fig)
-    level = graded.pivot_table(index="name", columns="generation", values="severity",
+    grid = graded.pivot_table(index="name", columns="generation", values="severity",
                                aggfunc=lambda s: SEVERITY_LEVEL[s.iloc[0]])
     values = graded.pivot_table(index="name", columns="generation", values="value", aggfunc="first")
-    fig, ax = plt.subplots(figsize=(1.3 * level.shape[1] + 3, 0.38 * level.shape[0] + 1))
+    fig, ax = plt.subplots(figsize=(1.3 * grid.shape[1] + 3, 0.38 * grid.shape[0] + 1))
     cmap = matplotlib.colors.ListedColormap(["#c8e6c9", "#ffe082", "#ef9a9a"])
-    ax.imshow(level.to_numpy(dtype=float), cmap=cmap, vmin=0, vmax=2, aspect="auto")
+    ax.imshow(grid.to_numpy(dtype=float), cmap=cmap, vmin=0, vmax=2, aspect="auto")
     for (i, j), value in np.ndenumerate(values.to_numpy(dtype=float)):
         if not np.isnan(value):
             ax.text(j, i, f"{value:.3g}", ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(level.shape[1]), [f"gen {g}" for g in level.columns])
-    ax.set_yticks(range(level.shape[0]), level.index, fontsize=8)
+    ax.set_xticks(range(grid.shape[1]), [f"gen {g}" for g in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), grid.index, fontsize=8)
     ax.set_title("findings: green ok, amber warn, red critical (cell: value)", fontsize=9)
     return _png(fig)
 

@@ -200,6 +200,8 @@ def _bwrap_command(support: Support, argv: list[str], readable: list[Path], writ
                    workdir: Path | None, network: bool) -> list[str]:
     cmd = [support.binary or "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if os.geteuid() != 0:
+        cmd.append("--unshare-user-try")  # unprivileged: the namespaces need a user namespace
     if not network:
         cmd.append("--unshare-net")
     for path in _SYSTEM_DIRS:

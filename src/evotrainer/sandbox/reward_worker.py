@@ -22,6 +22,7 @@ terminal for the worker and raises ``SandboxError(message, label)``:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -39,7 +40,7 @@ _WORKER_LABELS = ("reward_error", "sandbox_memory", "sandbox_violation")
 
 
 def _send(fd: int, message: dict, deadline: float | None = None) -> None:
-    data = json.dumps(message, allow_nan=False).encode()
+    data = json.dumps(message, allow_nan=False, default=_plain).encode()
     data = _HEADER.pack(len(data)) + data
     while data:
         if deadline is not None:
@@ -48,6 +49,13 @@ def _send(fd: int, message: dict, deadline: float | None = None) -> None:
             data = data[os.write(fd, data):]
         except BlockingIOError:  # the parent's end is non-blocking: select said some room, not how much
             continue
+
+
+def _plain(value):
+    """numpy scalars and arrays in rows (extra_info) as JSON values."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _wait(fd: int, deadline: float, write: bool = False) -> None:
@@ -103,9 +111,8 @@ class RewardWorker:
         self.timeout_s, self.cpu_s, self.isolation = timeout_s, cpu_s, isolation
         self.startup_timeout_s = startup_timeout_s
         self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
-        self.proc = None
-        self._dirs = None
-        self._failure = None
+        self.proc = self._dirs = self._log = self._failure = None
+        self._request = self._reply = None
         self.startup_s = float("nan")
 
     def __enter__(self) -> RewardWorker:
@@ -116,9 +123,18 @@ class RewardWorker:
         self.close()
 
     def start(self) -> None:
+        began = time.perf_counter()
+        try:
+            self._launch()
+            self._call({"hello": True}, self.startup_timeout_s, "start-up")
+        except BaseException:
+            self.close()
+            raise
+        self.startup_s = time.perf_counter() - began
+
+    def _launch(self) -> None:
         from evotrainer.sandbox.runner import sandbox_dirs, sandbox_popen
 
-        began = time.perf_counter()
         self._dirs = sandbox_dirs(self.harness_dir)
         work, staged = self._dirs.__enter__()
         self._log = open(work.parent / "worker.log", "w+b")  # noqa: SIM115 - lives as long as the worker
@@ -134,8 +150,6 @@ class RewardWorker:
             os.close(request_r)
             os.close(reply_w)
         os.set_blocking(self._request, False)
-        self._call({"hello": True}, self.startup_timeout_s, "start-up")
-        self.startup_s = time.perf_counter() - began
 
     def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         reply = self._call({"rows": rows}, self.timeout_s, f"a batch of {len(rows)} rows")
@@ -158,8 +172,9 @@ class RewardWorker:
             reply = _receive(self._reply, deadline)
         except TimeoutError:
             self._fail(f"the reward worker did not answer {what} within {timeout_s:g} s", "sandbox_timeout")
-        except (ValueError, UnicodeDecodeError) as err:
-            self._fail(f"the reward worker sent a malformed reply: {err}", "sandbox_violation")
+        except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+            self._fail(f"the reward worker sent a malformed reply: {type(err).__name__}: {err}"[:2000],
+                       "sandbox_violation")
         except (BrokenPipeError, OSError):
             reply = None
         if reply is None:
@@ -201,7 +216,7 @@ class RewardWorker:
 
         if self.proc is not None and self.proc.poll() is None:
             kill(self.proc)
-        for fd in (getattr(self, "_request", None), getattr(self, "_reply", None)):
+        for fd in (self._request, self._reply):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -209,14 +224,16 @@ class RewardWorker:
 
     def close(self) -> None:
         """Stop the worker (end of file on its request pipe, then a kill) and remove its scratch."""
-        if self.proc is not None and self._request is not None:
+        if self.proc is not None and self._request is not None and self.proc.poll() is None:
             os.close(self._request)
             self._request = None
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=2)
         self._stop()
-        if self._dirs is not None:
+        if self._log is not None:
             self._log.close()
+            self._log = None
+        if self._dirs is not None:
             self._dirs.__exit__(None, None, None)
             self._dirs = None
 
@@ -266,6 +283,8 @@ def main() -> int:
                 answer = {"ok": True, "scores": scores, "components": components}
             except SandboxViolation:
                 answer = _failure("sandbox_violation")
+            except OSError as err:  # RLIMIT_FSIZE shows as EFBIG (Python ignores SIGXFSZ)
+                answer = _failure("sandbox_violation" if err.errno == errno.EFBIG else "reward_error")
             except MemoryError:
                 answer = {"ok": False, "label": "sandbox_memory", "message": "MemoryError in compute_score"}
             except BaseException:  # noqa: BLE001 - SystemExit too: the candidate's failure

@@ -75,7 +75,6 @@ def limits_preexec(limits: Limits, mode: str, cpu_s: float | None = None):
     return preexec
 
 
-_apply_limits = limits_preexec  # the old private name
 
 
 @contextlib.contextmanager

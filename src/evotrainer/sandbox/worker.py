@@ -5,7 +5,9 @@ Installs an audit hook first (it cannot be removed afterwards), then imports the
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -60,6 +62,8 @@ def install_guard(workdir: Path) -> None:
                     raise SandboxViolation(f"{event} outside the sandbox directory: {path!r}")
         elif event in _FORBIDDEN_EVENTS or event.startswith("ctypes."):
             raise SandboxViolation(f"{event} is not allowed in harness code")
+        elif event == "socket.__new__" and len(args) > 1 and args[1] != socket.AF_UNIX:
+            raise SandboxViolation("network sockets are not allowed in harness code")
         elif event == "import" and args and str(args[0]).split(".")[0] in _CTYPES:
             raise SandboxViolation("importing ctypes is not allowed in harness code")
 
@@ -108,6 +112,11 @@ def main() -> int:
             (workdir / "out_findings.json").write_text(json.dumps(findings, default=_jsonable))
     except SandboxViolation as err:
         print(f"SandboxViolation: {err}", file=sys.stderr)
+        return EXIT_VIOLATION
+    except OSError as err:
+        if err.errno != errno.EFBIG:  # Python ignores SIGXFSZ: RLIMIT_FSIZE shows as EFBIG
+            raise
+        print(f"SandboxViolation: a file grew past the file-size limit: {err}", file=sys.stderr)
         return EXIT_VIOLATION
     except MemoryError:
         print("MemoryError", file=sys.stderr)

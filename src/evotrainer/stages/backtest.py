@@ -215,8 +215,12 @@ def train_child(job_path: str) -> int:
         pool = read_split(Path(job.data_dir) / "train.parquet")
         past = evidence.read(job.evidence) if job.evidence else None
         weights = curriculum_weights(job.harness, pool, past, cfg.sandbox)
-        with harness_reward(job.harness, cfg.sandbox) as reward:
-            log = backends.trainer(cfg.trainer.name)(job, reward=reward, task=task, weights=weights)
+        trainer = backends.trainer(cfg.trainer.name)
+        if cfg.trainer.name == "local":
+            with harness_reward(job.harness, cfg.sandbox) as reward:
+                log = trainer(job, reward=reward, task=task, weights=weights)
+        else:  # verl loads its own trusted shim, which starts the sandboxed worker in verl's processes
+            log = trainer(job, reward=None, task=task, weights=weights)
         write_parquet(out / "train_log.parquet", log)
     except Exception as err:
         label = getattr(err, "label", None) or "train_crash"

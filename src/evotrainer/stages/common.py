@@ -11,7 +11,12 @@ from evotrainer.config import load as load_config
 
 
 def config(path: str | Path):
-    return load_config(path)
+    """The run's config; also makes its ``sandbox.isolation`` the default of every sandbox this stage starts."""
+    cfg = load_config(path)
+    from evotrainer.sandbox.isolation import set_default_mode
+
+    set_default_mode(cfg.sandbox.isolation)
+    return cfg
 
 
 def task_of(cfg):

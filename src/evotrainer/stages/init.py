@@ -31,7 +31,7 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
     train = sft_frame(task, read_split(Path(data_dir) / "train.parquet"))
     val = read_split(Path(data_dir) / "val.parquet")
     start = time.time()
-    model, tokenizer = make_policy(cfg.policy, train, device, cfg.seed)
+    model, tokenizer = make_policy(cfg.policy, train, device, cfg.seed, getattr(task, "alphabet", None))
     sft = cfg.policy.sft
     sft_val = val.iloc[: sft.eval_prompts]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -128,7 +129,12 @@ class AgenticTask(Task):
                             None if correct else _failure(details), details)
 
     def reference_response(self, row: dict) -> str | None:
-        """The scripted expert's episode record (mini_swe only), which ``verify`` accepts."""
+        """None: an episode has no single-turn reference; the SFT warm start uses ``reference_conversation``
+        (multi-turn, ``multiturn.sft_conversations``). ``reference_record`` is the expert's episode record."""
+        return None
+
+    def reference_record(self, row: dict) -> str | None:
+        """The scripted expert's episode record as JSON (mini_swe only), which ``verify`` accepts."""
         playthrough = self.demonstration(row)
         if playthrough is None:
             return None
@@ -140,6 +146,11 @@ class AgenticTask(Task):
         the observation after its submit; tokenize with ``multiturn.conversation_tokens``."""
         playthrough = self.demonstration(row)
         return None if playthrough is None else playthrough.messages[:-1]
+
+    def reference_conversations(self, rows: pd.DataFrame, workers: int = 2) -> list[list[dict] | None]:
+        """``reference_conversation`` of every row, ``workers`` at a time (each runs sandboxed tests)."""
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            return list(pool.map(self.reference_conversation, rows.to_dict("records")))
 
     def demonstration(self, row: dict):
         if self.env != "mini_swe":

@@ -42,8 +42,9 @@ CONTEXT_LIMIT = "context_limit"  # beside envs.TERMINATIONS: the conversation ou
 # the harness's env.yaml: knob -> (type, low, high) or allowed values
 ENV_KNOBS = {"max_turns": (int, 1, 64), "max_observation_chars": (int, 100, 20000),
              "episode_filter": ("none", "drop_context_limit", "drop_truncated", "drop_invalid")}
-__all__ = ["CONTEXT_LIMIT", "ENV_KNOBS", "ChatTokens", "Episode", "EpisodeSpec", "conversation_tokens",
-           "grpo_multiturn_step", "rollout", "score_episodes", "specs_from_rows", "train"]
+__all__ = ["CONTEXT_LIMIT", "ENV_KNOBS", "ChatTokens", "Episode", "EpisodeSpec", "check_env_knobs",
+           "conversation_tokens", "filter_episodes", "grpo_multiturn_step", "rollout", "score_episodes",
+           "sft_conversations", "specs_from_rows", "train"]
 
 
 def start_episodes(tokenizer, specs: Sequence[EpisodeSpec], group_size: int, env_overrides: dict | None = None
@@ -360,3 +361,33 @@ def _episode_stats(episodes: Sequence[Episode]) -> dict:
             "turns_mean": float(turns.mean()), "tool_calls_mean": float(calls.mean()),
             "invalid_action_rate": float((turns - calls).sum() / max(turns.sum(), 1)),
             "submit_rate": float(np.mean([ep.termination == "submitted" for ep in episodes]))}
+
+
+def sft_conversations(model, tokenizer, conversations: Sequence[list[dict]], *, steps: int, batch_size: int = 8,
+                      lr: float = 1e-3, seed: int = 0, on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """Supervised warm start on whole conversations (expert demonstrations): cross-entropy on the
+    assistant tokens only, tokenized exactly as rollouts tokenize them (``conversation_tokens``)."""
+    device = next(model.parameters()).device
+    data = [conversation_tokens(tokenizer, c) for c in conversations]
+    pad = pad_token_id(tokenizer)
+    rng = np.random.default_rng(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    model.train()
+    for step in range(steps):
+        batch = [data[i] for i in rng.choice(len(data), size=min(batch_size, len(data)), replace=False)]
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch], device=device)
+        mask = torch.tensor([m + [0] * (width - len(m)) for _, m in batch], dtype=torch.float32, device=device)
+        attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch], device=device)
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if on_step:
+            on_step(step, losses[-1])
+    return losses

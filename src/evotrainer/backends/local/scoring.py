@@ -57,8 +57,8 @@ class Verdicts:
 
 
 def verify_all(task: Task, responses: list[str], rows: pd.DataFrame) -> Verdicts:
-    verdicts = [task.verify(r, gt, metadata_of(md)) for r, gt, md
-                in zip(responses, rows["ground_truth"], rows["metadata"], strict=True)]
+    verdicts = task.verify_many(list(responses), [str(gt) for gt in rows["ground_truth"]],
+                                [metadata_of(md) for md in rows["metadata"]])
     return Verdicts(np.array([v.correct for v in verdicts], dtype=bool), np.array([v.format_ok for v in verdicts], dtype=bool),
                     [v.failure_category for v in verdicts], [dict(v.details) for v in verdicts])
 

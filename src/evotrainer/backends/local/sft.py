@@ -22,7 +22,8 @@ import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from evotrainer.policy.chat import pad_token_id, prompt_token_ids, response_token_ids
+from evotrainer.policy.chat import eos_token_ids, pad_token_id, prompt_token_ids, response_token_ids
+from evotrainer.runtime import autocast
 
 
 def sft_frame(task, frame: pd.DataFrame) -> pd.DataFrame:
@@ -37,10 +38,10 @@ def _responses(rows: pd.DataFrame) -> list[str]:
     return [str(r) for r in rows[column]]
 
 
-def encode_pairs(tokenizer, rows: pd.DataFrame):
+def encode_pairs(tokenizer, rows: pd.DataFrame, eos_id: int | None = None):
     """Right-padded ids, attention mask and labels (-100 on prompt and padding) for SFT rows."""
     prompts = prompt_token_ids(tokenizer, rows["prompt"].tolist())
-    responses = response_token_ids(tokenizer, _responses(rows))
+    responses = response_token_ids(tokenizer, _responses(rows), eos_id)
     seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_token_id(tokenizer), dtype=torch.long)
@@ -53,20 +54,23 @@ def encode_pairs(tokenizer, rows: pd.DataFrame):
     return ids, mask, labels
 
 
-def _step(model, ids, mask, labels, micro_batch_size: int | None) -> float:
-    """Forward/backward over micro-batches; returns the batch loss (token mean over supervised tokens)."""
+def _step(model, ids, mask, labels, micro_batch_size: int | None, precision: str = "auto") -> float:
+    """Forward/backward over micro-batches; returns the batch loss (token mean over supervised tokens).
+    ``precision``: runtime.autocast's (bf16 autocast on CUDA under "auto", nothing on CPU)."""
     device = next(model.parameters()).device
     size = micro_batch_size or len(ids)
     if size >= len(ids):  # one pass: the model's own mean loss
-        loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+        with autocast(device, precision):
+            loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
         loss.backward()
         return float(loss.detach())
     supervised = int((labels[:, 1:] != -100).sum())  # the model shifts labels by one
     total = 0.0
     for start in range(0, len(ids), size):
         part = slice(start, start + size)
-        loss = model(input_ids=ids[part].to(device), attention_mask=mask[part].to(device),
-                     labels=labels[part].to(device), num_items_in_batch=supervised).loss
+        with autocast(device, precision):
+            loss = model(input_ids=ids[part].to(device), attention_mask=mask[part].to(device),
+                         labels=labels[part].to(device), num_items_in_batch=supervised).loss
         loss.backward()
         total += float(loss.detach())
     return total
@@ -75,7 +79,7 @@ def _step(model, ids, mask, labels, micro_batch_size: int | None) -> float:
 def warm_start(
     model, tokenizer, train: pd.DataFrame, val: pd.DataFrame, *, max_steps: int, batch_size: int, lr: float,
     target_val_accuracy: float, eval_every: int, seed: int, max_len: int, show_progress: bool = True,
-    micro_batch_size: int | None = None, evaluate: Callable[[], float] | None = None,
+    micro_batch_size: int | None = None, evaluate: Callable[[], float] | None = None, precision: str = "auto",
 ) -> pd.DataFrame:
     """Train ``model`` in place on ``train`` (``prompt`` messages plus a ``response`` column, else
     ``ground_truth`` is the response); returns the per-step log. ``evaluate()`` gives the val accuracy
@@ -88,6 +92,7 @@ def warm_start(
 
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
+    eos_id = eos_token_ids(model, tokenizer)[0]  # the tokenizer's EOS, else the model's first
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     log, start = [], time.time()
     with Progress(TextColumn("SFT"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -95,9 +100,9 @@ def warm_start(
         task = progress.add_task("sft", total=max_steps, info="")
         for step in range(1, max_steps + 1):
             model.train()
-            ids, mask, labels = encode_pairs(tokenizer, train.iloc[rng.integers(0, len(train), batch_size)])
+            ids, mask, labels = encode_pairs(tokenizer, train.iloc[rng.integers(0, len(train), batch_size)], eos_id)
             optimizer.zero_grad(set_to_none=True)
-            loss = _step(model, ids, mask, labels, micro_batch_size)
+            loss = _step(model, ids, mask, labels, micro_batch_size, precision)
             optimizer.step()
             row = {"step": step, "loss": loss, "val_accuracy": float("nan"), "wall_time_s": time.time() - start}
             if step % eval_every == 0 or step == max_steps:

@@ -1,13 +1,21 @@
-"""Run one backtest with verl: export data, build and preflight the overrides, launch
-`python -m verl.trainer.main_ppo` (inside Ray across the SLURM allocation when nnodes > 1), merge the
-final checkpoint to a Hugging Face policy, and map verl's logs back to our artifacts.
+"""The verl trainer backend: ``train(job, reward=, task=, weights=)`` trains with verl and saves the
+policy to ``job.out/policy``; evaluation is the backtest stage's (it reloads the saved policy).
 
-`train_and_score` returns the same metrics keys as the local trainer's backtest, so select, gates and
-the report do not care which trainer ran.
+Per restart chunk: export the (curriculum-resampled) train pool and the val split in verl's parquet
+schema, build and preflight the overrides, run ``python -m verl.trainer.main_ppo`` (inside Ray across
+the SLURM allocation when nnodes > 1), merge the final checkpoint into a Hugging Face policy (the next
+chunk's start), and map verl's logs to train-log rows. While verl runs, every step it logs refreshes
+``job.out/progress.json``, the heartbeat the supervising stage reads to tell a hang from slow progress.
+
+Trust boundary: ``reward`` (the supervisor's sandboxed worker) cannot cross into verl's processes and is
+not used; verl's reward workers run the trusted shim reward_adapter.py, which starts its own sandboxed
+worker on the harness (settings from the run config's ``sandbox``) and computes the task's verdict
+first. The curriculum arrives as ``weights`` (computed in the sandbox); no harness code is imported here.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,15 +26,23 @@ import numpy as np
 import pandas as pd
 
 from evotrainer import runtime
-from evotrainer.atomic import copy_tree, write_parquet, write_text
+from evotrainer.atomic import copy_tree, write_json, write_text
+from evotrainer.backends import TrainJob
 from evotrainer.backends.verl import data as verl_data
 from evotrainer.backends.verl import metrics as verl_metrics
-from evotrainer.backends.verl.overrides import VerlJob, build_overrides, check_recipe_for_verl, preflight
-from evotrainer.contracts import evidence
-from evotrainer.contracts.harness import harness_id, load_module, load_recipe
-from evotrainer.stages.common import backtest_summary, read_split
+from evotrainer.backends.verl.overrides import (
+    RewardShim,
+    VerlJob,
+    build_overrides,
+    check_recipe_for_verl,
+    preflight,
+)
+from evotrainer.config import load as load_config
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.contracts.task import Task
 
 RAY_ON_SLURM = Path(__file__).with_name("ray_on_slurm.sh")
+POLL_S = 5.0  # how often a running verl command is checked (timeout, heartbeat)
 
 
 class VerlRunError(RuntimeError):
@@ -55,82 +71,115 @@ def curriculum_pool(pool: pd.DataFrame, weights, rows: int, seed: int) -> pd.Dat
     return pool.iloc[idx].reset_index(drop=True)
 
 
-def _run(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, str]) -> None:
+def _last_step(metrics_path: Path) -> int | None:
+    """The last step verl's file logger finished (None before the first; a partial last line is skipped)."""
+    try:
+        lines = metrics_path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _run(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, str], on_poll=None) -> None:
+    """Run a verl command with its output in ``log_path``; ``on_poll`` is called every few seconds. What the
+    command leaves running (Ray) is in the training child's process group, which the supervising stage kills."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise VerlRunError(f"{cmd[0]} ... timed out after {timeout_s:.0f} s; see {log_path}") from err
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise VerlRunError(f"{cmd[0]} ... timed out after {timeout_s:.0f} s; see {log_path}")
+                if on_poll is not None:
+                    on_poll()
+                time.sleep(POLL_S)
+            if on_poll is not None:
+                on_poll()  # steps logged since the last poll
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     if proc.returncode != 0:
         tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         raise VerlRunError(f"verl exited with {proc.returncode}; see {log_path}. Last lines:\n" + "\n".join(tail))
 
 
-def train_and_score(cfg, parent_policy, harness_dir: Path, data_dir, evidence_path, out: Path, generation: int,
-                    steps: int, threads: int, split_name: str, restarts: int, seed_index: int = 0) -> dict:
+def reward_shim(cfg, harness_dir: str | Path, task: Task) -> RewardShim:
+    """The reward shim's settings: this harness, the run's task (name and options), its sandbox settings."""
+    from evotrainer.tasks import options_from_config
+
+    return RewardShim(harness_dir=str(Path(harness_dir).resolve()), task_name=task.name,
+                      task_options=json.dumps(options_from_config(cfg.task), sort_keys=True),
+                      reward_timeout_s=float(cfg.sandbox.reward_timeout_s),
+                      reward_memory_mb=int(cfg.sandbox.reward_memory_mb), isolation=str(cfg.sandbox.isolation))
+
+
+def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None) -> pd.DataFrame:
+    """Train ``job.parent_policy`` with verl; returns the train log, saves ``job.out/policy``."""
+    del reward  # an object in this process; verl's reward workers start their own (reward_adapter.py)
     from transformers import AutoTokenizer
 
-    from evotrainer.stages.backtest import SEED_STRIDE
-
+    cfg = load_config(job.config)
     vc = cfg.trainer.verl
     python = vc.python or sys.executable
-    recipe = check_recipe_for_verl(load_recipe(harness_dir), where=str(Path(harness_dir) / "recipe.yaml"))
-    pool = read_split(Path(data_dir) / "train.parquet")
-    val = read_split(Path(data_dir) / f"{split_name}.parquet")
-    past = evidence.read(evidence_path) if evidence_path else None
-    weights = load_module(harness_dir, "curriculum").prompt_weights(pool, past)
-    if steps % restarts:
-        raise ValueError(f"steps ({steps}) must divide evenly into {restarts} restarts")
-    seed = cfg.seed * 1000 + generation + SEED_STRIDE * seed_index
+    harness = Path(job.harness)
+    recipe = check_recipe_for_verl(load_recipe(harness), where=str(harness / "recipe.yaml"))
+    pool = pd.read_parquet(Path(job.data_dir) / "train.parquet")
+    val = pd.read_parquet(Path(job.data_dir) / "val.parquet")  # verl's dataloader needs one; never validated on
+    if job.steps % job.restarts:
+        raise ValueError(f"steps ({job.steps}) must divide evenly into {job.restarts} restarts")
+    seed = runtime.seed_for(cfg.seed, job.generation, job.seed_index)
+    out = Path(job.out)
     work = out / "verl"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                RAY_TMPDIR=os.environ.get("RAY_TMPDIR", "/tmp/ray"))
-    val_file = verl_data.export_split(val, split_name, work / f"{split_name}.parquet")
-    policy, logs, start = Path(parent_policy), [], time.time()
-    chunk_steps = steps // restarts
-    for chunk in range(restarts):
+    val_file = verl_data.export_split(val, "val", work / "val.parquet", task.name)
+    shim = reward_shim(cfg, harness, task)
+    policy, logs = Path(job.parent_policy), []
+    chunk_steps = job.steps // job.restarts
+    for chunk in range(job.restarts):
         chunk_dir = work / f"chunk{chunk}"
         model_dir = verl_data.prepare_model_dir(policy, chunk_dir / "model")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        train = curriculum_pool(pool, weights, rows=chunk_steps * recipe["prompts_per_step"], seed=seed + chunk)
-        train_file = verl_data.export_split(train, "train", chunk_dir / "train.parquet")
-        job = VerlJob(
+        train_rows = curriculum_pool(pool, weights, rows=chunk_steps * recipe["prompts_per_step"], seed=seed + chunk)
+        train_file = verl_data.export_split(train_rows, "train", chunk_dir / "train.parquet", task.name)
+        verl_job = VerlJob(
             model_path=str(model_dir), train_files=str(train_file), val_files=str(val_file), out_dir=str(chunk_dir),
-            reward_path=str(Path(harness_dir) / "reward.py"), steps=chunk_steps, train_rows=len(train),
-            max_prompt_length=max(verl_data.max_prompt_tokens(pd.concat([train, val]), tokenizer), 1), seed=seed + chunk,
-            experiment_name=f"{cfg.run}-gen{generation}-{out.name}-chunk{chunk}",
+            reward=shim, steps=chunk_steps, train_rows=len(train_rows),
+            max_prompt_length=verl_data.max_prompt_tokens(pd.concat([train_rows, val]), tokenizer), seed=seed + chunk,
+            experiment_name=f"{cfg.run}-gen{job.generation}-{out.name}-chunk{chunk}",
             device="cpu" if cfg.trainer.device == "cpu" else "cuda", nnodes=vc.nnodes, n_gpus_per_node=vc.n_gpus_per_node,
             rollout_engine=vc.rollout_engine, tensor_parallel_size=vc.tensor_parallel_size,
             micro_batch_size_per_gpu=vc.micro_batch_size_per_gpu, gpu_memory_utilization=vc.gpu_memory_utilization,
             clip_ratio_c=vc.clip_ratio_c, extra=tuple(vc.overrides),
         )
-        overrides = build_overrides(recipe, job)
+        overrides = build_overrides(recipe, verl_job)
         preflight(overrides)
         cmd = command(python, overrides, vc.nnodes)
         write_text(chunk_dir / "command.txt", " ".join(cmd) + "\n")
-        _run(cmd, chunk_dir / "verl.log", vc.timeout_s, env | {"VERL_FILE_LOGGER_PATH": str(chunk_dir / "metrics.jsonl")})
-        checkpoint = chunk_dir / "checkpoints" / f"global_step_{chunk_steps}"
+        metrics_path = chunk_dir / "metrics.jsonl"
+
+        def beat(chunk: int = chunk, metrics_path: Path = metrics_path) -> None:
+            done = _last_step(metrics_path)
+            if done is not None:
+                write_json(out / "progress.json", {"step": chunk * chunk_steps + done, "steps": job.steps,
+                                                   "time": time.time()})
+
+        _run(cmd, chunk_dir / "verl.log", vc.timeout_s, env | {"VERL_FILE_LOGGER_PATH": str(metrics_path)}, beat)
         policy = chunk_dir / "merged"
-        _run(merge_command(python, checkpoint, policy), chunk_dir / "merge.log", vc.timeout_s, env)
-        log = verl_metrics.train_log(chunk_dir / "metrics.jsonl", chunk_dir / "train_generations",
-                                     group_size=recipe["group_size"], max_response_len=recipe["max_response_len"],
-                                     tokenizer=tokenizer)
+        _run(merge_command(python, chunk_dir / "checkpoints" / f"global_step_{chunk_steps}", policy),
+             chunk_dir / "merge.log", vc.timeout_s, env)
+        log = verl_metrics.train_log(metrics_path, chunk_dir / "train_generations", prompts=train_rows, task=task,
+                                     tokenizer=tokenizer, group_size=recipe["group_size"],
+                                     max_response_len=recipe["max_response_len"], ppo_epochs=recipe["ppo_epochs"])
         logs.append(log.assign(step=log["step"] + chunk * chunk_steps))
-    train_wall = time.time() - start
     copy_tree(policy, out / "policy")
-    log = pd.concat(logs, ignore_index=True)
-    write_parquet(out / "train_log.parquet", log)
-    val_dump = work / f"chunk{restarts - 1}" / "val_generations" / f"{chunk_steps}.jsonl"
-    if not val_dump.exists():
-        raise VerlRunError(f"{val_dump}: verl wrote no validation generations (trainer.test_freq / validation_data_dir)")
-    val_frame = verl_metrics.evidence_rows(val_dump, val, run=cfg.run, generation=generation, split=split_name,
-                                           max_response_len=recipe["max_response_len"], tokenizer=tokenizer,
-                                           policy_id=runtime.policy_id(out / "policy"), harness_id=harness_id(harness_dir),
-                                           seed=seed, step=steps)
-    evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
-    return backtest_summary(val_frame, log, split_name, restarts=restarts, train_wall=train_wall,
-                            eval_wall=0.0,  # verl's validation pass runs inside the training job
-                            harness_dir=harness_dir, policy_dir=out / "policy") | {"trainer": "verl"}
+    return pd.concat(logs, ignore_index=True)

@@ -1,37 +1,38 @@
-"""verl's outputs -> our artifacts: train_log.parquet rows and evidence rows.
+"""verl's outputs -> our artifacts: train_log rows and evidence rows.
 
-A verl run (as the backend launches it) leaves three things behind:
+A verl run (as the backend launches it) leaves behind:
 - ``metrics.jsonl`` from verl's ``file`` logger: one line per step, ``{"step": s, "data": {name: value}}``
   (names such as ``actor/entropy``, ``actor/pg_clipfrac``, ``critic/score/mean``, ``timing_s/gen``);
 - ``train_generations/<step>.jsonl`` (``trainer.rollout_data_dir``): every training sample of a step,
   ``{input, output, gts, score, step, uid}`` with uid = ``<prompt uuid>_<sample>_<turn>``;
-- ``val_generations/<step>.jsonl`` (``trainer.validation_data_dir``): the same for the validation
-  pass, plus the reward's components (the harness reward's dict keys) and ``reward``.
+- a validation dump (``trainer.validation_data_dir``, when a run asks for one; the backend's own runs do
+  not, the backtest stage evaluates the saved policy): the same, plus the reward's components and
+  ``reward``. ``evidence_rows`` turns such a dump into evidence.
 
-The per-sample dumps give what the local trainer logs (accuracy by the task verifier, dead groups,
-lengths, truncation); the metrics give what only the trainer knows (entropy, KL, clipping, loss,
-grad norm, timings). verl's dumps hold decoded text only: token counts are re-counted with the
-policy's tokenizer and ``mean_logprob`` is NaN (verl does not dump log-probs).
+Each dumped prompt is matched back to its split row (the row's prompt rendered by evotrainer.policy.chat
+and decoded as verl decodes it, and its ground truth): correctness, format and failure category come
+from the task's ``verify`` on the row's metadata, difficulty from the row. The per-sample dumps give
+what the local trainer logs (accuracy, dead groups, lengths, truncation, tokens); the metrics give what
+only the trainer knows (entropy, KL, clipping, loss, grad norm, timings). verl's dumps hold decoded text
+only: response tokens are re-counted with the policy's tokenizer, prompt tokens are the matched rows'
+rendered prompts, and ``mean_logprob`` is NaN (verl does not dump log-probs). Columns verl cannot give
+are NaN (``generated_tokens``/``trained_tokens`` too when dynamic sampling evicted groups: verl dumps
+only the kept samples).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from evotrainer.contracts.evidence import COMPONENT_PREFIX
-from evotrainer.tasks.arithmetic import is_correct, parse_answer
-
-TRAIN_LOG_COLUMNS = [
-    "step", "reward_mean", "reward_std", "accuracy", "dead_group_ratio", "entropy", "kl", "clip_frac",
-    "loss", "grad_norm", "response_len_mean", "truncation_rate", "format_ok_rate", "kept_groups",
-    "sampled_groups", "samples_generated", "sample_time_s", "wall_time_s",
-]  # the local trainer's columns (evotrainer.backends.local.grpo.TRAIN_LOG_COLUMNS), asserted equal in the tests
+from evotrainer.backends.local.grpo import TRAIN_LOG_COLUMNS
+from evotrainer.backends.local.scoring import Verdicts, evidence_frame, verify_all
+from evotrainer.contracts.task import Task
+from evotrainer.policy.chat import prompt_token_ids
 
 # train_log column -> verl metric names, first present wins
 FROM_METRICS = {
@@ -96,13 +97,41 @@ def _first(metrics: dict[str, Any], names: tuple[str, ...]) -> float:
     return float("nan")
 
 
-def train_log(metrics_path: str | Path, generations_dir: str | Path | None, *, group_size: int, max_response_len: int,
-              tokenizer) -> pd.DataFrame:
-    """One row per verl step, in the local trainer's train_log columns (steps renumbered from 0)."""
+class PromptIndex:
+    """The split rows by (prompt as verl decodes it, ground truth); ``prompt_tokens`` per row."""
+
+    def __init__(self, prompts: pd.DataFrame, tokenizer):
+        self.rows = prompts.reset_index(drop=True)
+        ids = prompt_token_ids(tokenizer, self.rows["prompt"])
+        self.prompt_tokens = np.array([len(x) for x in ids], dtype=np.int64)
+        self.positions: dict[tuple[str, str], int] = {}
+        for position, (row_ids, truth) in enumerate(zip(ids, self.rows["ground_truth"], strict=True)):
+            text = tokenizer.decode(row_ids, skip_special_tokens=True).strip()
+            self.positions.setdefault((text, str(truth)), position)
+
+    def match(self, gen: pd.DataFrame, where: str, split: str) -> np.ndarray:
+        """Row positions of a dump's samples; VerlOutputError when a prompt matches no row."""
+        found = [self.positions.get((str(i).strip(), str(t)), -1) for i, t in zip(gen["input"], gen["gts"], strict=True)]
+        unmatched = sum(f < 0 for f in found)
+        if unmatched:
+            raise VerlOutputError(f"{where}: {unmatched} of {len(gen)} prompts match no row of the {split} split; "
+                                  "was the run given this split's verl parquet?")
+        return np.array(found, dtype=np.int64)
+
+
+def _verdicts(task: Task, gen: pd.DataFrame, matched: pd.DataFrame) -> Verdicts:
+    return verify_all(task, gen["output"].astype(str).tolist(), matched)
+
+
+def train_log(metrics_path: str | Path, generations_dir: str | Path | None, *, prompts: pd.DataFrame, task: Task,
+              tokenizer, group_size: int, max_response_len: int, ppo_epochs: int = 1) -> pd.DataFrame:
+    """One row per verl step, in the local trainer's train_log columns (steps renumbered from 0).
+    ``prompts``: the training rows verl was given (its dumped prompts are matched back to them)."""
     metrics = read_metrics(metrics_path)
     steps = sorted(s for s, m in metrics.items() if any(k.startswith(("actor/", "critic/", "timing_s/")) for k in m))
     if not steps:
         raise VerlOutputError(f"{metrics_path}: no training steps logged")
+    index = PromptIndex(prompts, tokenizer)
     rows, wall = [], 0.0
     for step in steps:
         m = metrics[step]
@@ -110,92 +139,62 @@ def train_log(metrics_path: str | Path, generations_dir: str | Path | None, *, g
         row: dict[str, Any] = {"step": step - 1, "wall_time_s": wall}
         row |= {column: _first(m, names) for column, names in FROM_METRICS.items()}
         dump = Path(generations_dir) / f"{step}.jsonl" if generations_dir else None
-        evicted_groups = int(_first(m, (EVICTED,)) // group_size) if EVICTED in m else 0
         if dump is not None and dump.exists():
-            gen = read_generations(dump)
-            scores = gen["score"].astype(float)
-            tokens, truncated = _token_counts(gen["output"], max_response_len, tokenizer)
-            spread = gen.groupby("group")["score"].std(ddof=0).fillna(0.0)
-            kept = len(spread)
-            row |= {
-                "reward_mean": float(scores.mean()),
-                "reward_std": float(scores.std(ddof=0)),
-                "accuracy": float(np.mean([is_correct(str(o), str(t)) for o, t in zip(gen["output"], gen["gts"], strict=True)])),
-                "dead_group_ratio": (int((spread <= 1e-6).sum()) + evicted_groups) / max(kept + evicted_groups, 1),
-                "response_len_mean": float(tokens.mean()),
-                "truncation_rate": float(truncated.mean()),
-                "format_ok_rate": float(np.mean([parse_answer(str(o)) is not None for o in gen["output"]])),
-                "kept_groups": kept,
-                "sampled_groups": kept + evicted_groups,
-                "samples_generated": len(gen) + evicted_groups * group_size,
-            }
+            row |= _dump_stats(read_generations(dump), index, task, str(dump), group_size=group_size,
+                               evicted_groups=int(_first(m, (EVICTED,)) // group_size) if EVICTED in m else 0,
+                               max_response_len=max_response_len, ppo_epochs=ppo_epochs, tokenizer=tokenizer)
         else:
             row |= {column: _first(m, names) for column, names in FALLBACK_METRICS.items()}
-            row |= {"reward_std": float("nan"), "accuracy": float("nan"), "dead_group_ratio": float("nan"),
-                    "format_ok_rate": float("nan"), "kept_groups": -1, "sampled_groups": -1, "samples_generated": -1}
         rows.append(row)
-    return pd.DataFrame(rows, columns=TRAIN_LOG_COLUMNS)
+    return pd.DataFrame(rows, columns=TRAIN_LOG_COLUMNS).astype(float).astype({"step": np.int64})
 
 
-def _prompt_index(prompts: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    return {str(row.prompt): row._asdict() for row in prompts.itertuples(index=False)}
+def _dump_stats(gen: pd.DataFrame, index: PromptIndex, task: Task, where: str, *, group_size: int, evicted_groups: int,
+                max_response_len: int, ppo_epochs: int, tokenizer) -> dict[str, float]:
+    positions = index.match(gen, where, "train")
+    verdicts = _verdicts(task, gen, index.rows.iloc[positions])
+    scores = gen["score"].astype(float)
+    tokens, truncated = _token_counts(gen["output"], max_response_len, tokenizer)
+    spread = gen.groupby("group")["score"].std(ddof=0).fillna(0.0)
+    kept = len(spread)
+    generated = float(tokens.sum()) if evicted_groups == 0 else float("nan")  # evicted samples are not dumped
+    return {
+        "reward_mean": float(scores.mean()),
+        "reward_std": float(scores.std(ddof=0)),
+        "accuracy": float(verdicts.correct.mean()),
+        "dead_group_ratio": (int((spread <= 1e-6).sum()) + evicted_groups) / max(kept + evicted_groups, 1),
+        "response_len_mean": float(tokens.mean()),
+        "truncation_rate": float(truncated.mean()),
+        "format_ok_rate": float(verdicts.format_ok.mean()),
+        "kept_groups": kept,
+        "sampled_groups": kept + evicted_groups,
+        "samples_generated": len(gen) + evicted_groups * group_size,
+        "generated_tokens": generated,
+        "prompt_tokens": float(index.prompt_tokens[positions].sum()) if evicted_groups == 0 else float("nan"),
+        "trained_tokens": float(tokens.sum()) * ppo_epochs,
+    }
 
 
-def _match(text: str, truth: str, index: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The split row a decoded verl prompt came from: exact text, else the longest prompt it contains
-    (a chat template wraps the text) with the same ground truth."""
-    row = index.get(text) or index.get(text.strip())
-    if row is not None:
-        return row
-    hits = [r for p, r in index.items() if p in text and str(r["ground_truth"]) == truth]
-    return max(hits, key=lambda r: len(str(r["prompt"])), default=None)
-
-
-def evidence_rows(dump_path: str | Path, prompts: pd.DataFrame, *, run: str, generation: int, split: str,
+def evidence_rows(dump_path: str | Path, prompts: pd.DataFrame, *, task: Task, run: str, generation: int, split: str,
                   max_response_len: int, tokenizer, policy_id: str, harness_id: str, seed: int,
                   step: int | None = None) -> pd.DataFrame:
-    """A verl generation dump -> evidence rows (evotrainer.contracts.evidence), matched back to the split's prompts."""
+    """A verl generation dump -> evidence rows (evotrainer.contracts.evidence), matched back to the split's
+    prompts and built by the one evidence builder (evotrainer.backends.local.scoring.evidence_frame)."""
     gen = read_generations(dump_path)
-    index = _prompt_index(prompts)
-    matched = [_match(str(i), str(t), index) for i, t in zip(gen["input"], gen["gts"], strict=True)]
-    unmatched = sum(m is None for m in matched)
-    if unmatched:
-        raise VerlOutputError(f"{dump_path}: {unmatched} of {len(gen)} prompts match no row of the {split} split; "
-                              "was the run given this split's verl parquet?")
+    index = PromptIndex(prompts, tokenizer)
+    repeated = index.rows.iloc[index.match(gen, str(dump_path), split)].reset_index(drop=True)
     tokens, truncated = _token_counts(gen["output"], max_response_len, tokenizer)
-    responses = gen["output"].astype(str)
-    truth = gen["gts"].astype(str)
-    step_value = int(gen["step"].iloc[0]) if step is None and len(gen) else int(step or 0)
-    frame = pd.DataFrame({
-        "run": run,
-        "generation": generation,
-        "split": split,
-        "step": step_value,
-        "prompt_id": [str(m["prompt_id"]) for m in matched],
-        "group_id": [f"{split}:{step_value}:{g}" for g in gen["group"]],
-        "sample_idx": gen["sample_idx"].to_numpy(np.int64),
-        "data_source": [str(m["data_source"]) for m in matched],
-        "prompt": [str(m["prompt"]) for m in matched],
-        "response": responses,
-        "ground_truth": truth,
-        "reward": (gen["reward"] if "reward" in gen.columns else gen["score"]).astype(float).to_numpy(),
-        "correct": np.array([is_correct(r, t) for r, t in zip(responses, truth, strict=True)], dtype=bool),
-        "response_tokens": tokens,
-        "truncated": truncated,
-        "finish_reason": np.where(truncated, "length", "eos"),
-        "mean_logprob": np.nan,  # verl's dumps carry no log-probs
-        "policy_id": policy_id,
-        "harness_id": harness_id,
-        "seed": seed,
-        "wall_time": time.time(),
-        "format_ok": np.array([parse_answer(r) is not None for r in responses], dtype=bool),
-    })
-    if all("level" in m for m in matched):
-        frame["difficulty"] = np.array([int(m["level"]) for m in matched], dtype=np.int64)
+    components = {}
     for key in gen.columns:
         if key in DUMP_FIELDS or key in ("group", "sample_idx"):
             continue
         values = pd.to_numeric(gen[key], errors="coerce")
         if values.notna().all():  # reward components are numbers; anything else is not evidence
-            frame[f"{COMPONENT_PREFIX}{key}"] = values.astype(float).to_numpy()
-    return frame
+            components[key] = values.astype(float).to_numpy()
+    return evidence_frame(
+        repeated, gen["output"].astype(str).tolist(),
+        (gen["reward"] if "reward" in gen.columns else gen["score"]).astype(float).to_numpy(), components,
+        _verdicts(task, gen, repeated), sample_idx=gen["sample_idx"].to_numpy(np.int64), response_tokens=tokens,
+        finished=~truncated, mean_logprob=np.full(len(gen), np.nan), entropy=None, run=run, generation=generation,
+        split=split, step=int(gen["step"].iloc[0]) if step is None and len(gen) else int(step or 0),
+        policy_id=policy_id, harness_id=harness_id, seed=seed)

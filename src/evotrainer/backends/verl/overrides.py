@@ -6,13 +6,17 @@ our own schema first (evotrainer.contracts.harness.check_recipe) because verl's 
 values through (a non-numeric clip ratio, an unknown advantage estimator); `preflight` then composes
 the overrides with verl's own `ppo_trainer` config and runs verl's validate_config, so an unknown key
 or a verl-side inconsistency fails here, before any job is launched.
+
+The reward is the trusted shim reward_adapter.py; its settings (RewardShim: harness dir, task name and
+options, sandbox limits) travel as ``+reward.custom_reward_function.reward_kwargs.*``, quoted so that
+Hydra composes every string back exactly (JSON, quotes, ``${``, backslashes).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from evotrainer.contracts.harness import RECIPE_SCHEMA, HarnessError, check_reci
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 OVERLONG = "+reward.reward_kwargs.overlong_buffer_cfg"
+SHIM_KWARGS = "+reward.custom_reward_function.reward_kwargs"
 
 # Our aggregation names are verl's; the table is explicit so a new name on either side is a KeyError here.
 LOSS_AGG = {"token-mean": "token-mean", "seq-mean-token-mean": "seq-mean-token-mean",
@@ -56,6 +61,20 @@ RECIPE_TO_VERL: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
+class RewardShim:
+    """What the trusted reward shim (reward_adapter.py) needs in verl's reward workers: the harness whose
+    reward.py it runs in a sandboxed worker, the task whose verify it runs first, the sandbox settings.
+    The field names are the shim's keyword arguments (``reward.custom_reward_function.reward_kwargs``)."""
+
+    harness_dir: str
+    task_name: str
+    task_options: str = "{}"  # JSON (evotrainer.tasks.options_from_config)
+    reward_timeout_s: float = 60.0
+    reward_memory_mb: int = 4096
+    isolation: str = "auto"
+
+
+@dataclass(frozen=True)
 class VerlJob:
     """What a verl run needs besides the recipe (paths, budget, cluster shape)."""
 
@@ -63,7 +82,7 @@ class VerlJob:
     train_files: str
     val_files: str
     out_dir: str
-    reward_path: str  # the harness's reward.py (called through reward_adapter.py)
+    reward: RewardShim
     steps: int
     train_rows: int
     max_prompt_length: int
@@ -95,7 +114,17 @@ def _value(value: Any) -> str:
     text = str(value)
     if re.fullmatch(r"[A-Za-z0-9_./@:+-]+", text) and not re.fullmatch(r"(?i)true|false|null|[-+.0-9e]+", text):
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return _quoted(text)
+
+
+def _quoted(text: str) -> str:
+    """A Hydra single-quoted string that composes back to ``text`` exactly (JSON included): OmegaConf would
+    resolve ``${`` (escaped as ``\\${``, doubling the backslashes before it); Hydra reads backslashes
+    literally except before a quote or at the end, where they are doubled."""
+    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return "'" + text + "'"
 
 
 def check_recipe_for_verl(recipe: dict[str, Any], where: str = "recipe.yaml") -> dict[str, Any]:
@@ -150,6 +179,7 @@ def adapter_path() -> str:
 
 def job_overrides(job: VerlJob, prompts_per_step: int) -> list[str]:
     out = Path(job.out_dir).resolve()
+    shim = asdict(job.reward) | {"harness_dir": str(Path(job.reward.harness_dir).resolve())}
     epochs = max(1, math.ceil(job.steps * prompts_per_step / max(job.train_rows, 1)) + 1)
     mb = job.micro_batch_size_per_gpu
     pairs: list[tuple[str, Any]] = [
@@ -170,18 +200,17 @@ def job_overrides(job: VerlJob, prompts_per_step: int) -> list[str]:
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", mb),
         ("reward.custom_reward_function.path", adapter_path()),
         ("reward.custom_reward_function.name", "compute_score"),
-        ("+reward.custom_reward_function.reward_kwargs.harness_reward_path", str(Path(job.reward_path).resolve())),
+        *((f"{SHIM_KWARGS}.{key}", value) for key, value in shim.items()),
         ("trainer.total_training_steps", job.steps),
         ("trainer.total_epochs", epochs),
         ("trainer.save_freq", job.steps),  # one checkpoint, at the end
-        ("trainer.test_freq", job.steps),  # one validation, at the end
+        ("trainer.test_freq", -1),  # no validation pass: the backtest stage evaluates the saved policy
         ("trainer.val_before_train", False),
         ("trainer.resume_mode", "disable"),  # every backtest starts from the parent policy
         ("trainer.logger", ["console", "file"]),
         ("trainer.project_name", "evotrainer"),
         ("trainer.experiment_name", job.experiment_name),
         ("trainer.default_local_dir", str(out / "checkpoints")),
-        ("trainer.validation_data_dir", str(out / "val_generations")),
         ("trainer.rollout_data_dir", str(out / "train_generations")),
         ("trainer.device", job.device),
         ("trainer.nnodes", job.nnodes),

@@ -32,10 +32,10 @@ def row_features(batch: pd.DataFrame) -> dict:
 
 
 def _fields(evidence: pd.DataFrame) -> pd.DataFrame:
-    if "task_fields" not in evidence:
-        return pd.DataFrame(index=range(len(evidence)))
-    parsed = [json.loads(v) if isinstance(v, str) and v else {} for v in evidence["task_fields"].astype(object)]
-    return pd.DataFrame.from_records(parsed, index=range(len(evidence)))
+    """The task_fields JSON column as a frame (empty dicts where missing)."""
+    raw = evidence["task_fields"].astype(object) if "task_fields" in evidence else [None] * len(evidence)
+    return pd.DataFrame.from_records([json.loads(v) if isinstance(v, str) and v else {} for v in raw],
+                                     index=range(len(evidence)))
 
 
 def _flag(fields: pd.DataFrame, name: str) -> np.ndarray:
