@@ -29,8 +29,8 @@ def tiny_policy(tmp_path_factory, splits, task):
     """A tiny policy after 300 SFT steps (~6 s): answers in the right format, often wrong."""
     import torch
 
-    from evotrainer.policy.tiny import build_model, build_tokenizer, save_policy
     from evotrainer.backends.local.sft import warm_start
+    from evotrainer.policy.tiny import build_model, build_tokenizer, save_policy
 
     torch.set_num_threads(2)
     tokenizer = build_tokenizer()

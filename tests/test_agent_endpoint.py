@@ -420,11 +420,13 @@ def test_when_the_budget_is_spent_the_heuristic_proposes_and_none_keeps_control_
         assert all(isinstance(p, FallbackProposal) and "the agent budget is spent" in p.hypothesis for p in proposals)
 
 
-def test_an_unknown_fallback_is_a_config_error(run_dir):
-    from evotrainer.agents.llm import AgentSetupError
+def test_an_unknown_fallback_is_a_config_error():
+    from evotrainer.config import ConfigError, compose
 
-    with pytest.raises(AgentSetupError, match="agent.fallback"):
-        make_agent(agent_conf("claude", "http://127.0.0.1:9", "agent.fallback=maybe"))
+    with pytest.raises(ConfigError, match="'agent.fallback' = 'maybe' is not allowed; choose one of"):
+        compose(["agent=claude", "agent.fallback=maybe"])
+    with pytest.raises(ConfigError, match="'agent.call_timeout_s' = 0.0 is outside"):
+        compose(["agent=claude", "agent.call_timeout_s=0"])
 
 
 # -- the key: never stored, never sent back, never given to candidate code --------------------------------

@@ -11,13 +11,13 @@ from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.diagnostic_ideas import REWARD_WITHOUT_CORRECTNESS, propose_diagnostics
 from evotrainer.agents.heuristic import unified_diff
 from evotrainer.contracts.candidate import apply_diff, validate
+from evotrainer.contracts.harness import DEFAULT_HARNESS, harness_id
 from evotrainer.search.diagnostic_backtest import (
     DiagnosticBacktestConf,
     archived_branches,
     backtest,
     is_diagnostics_only,
 )
-from evotrainer.contracts.harness import DEFAULT_HARNESS, harness_id
 
 SOURCE = (DEFAULT_HARNESS / "diagnostics.py").read_text()
 

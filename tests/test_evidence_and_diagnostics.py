@@ -4,11 +4,10 @@ import pandas as pd
 import pytest
 import torch
 
-from evotrainer.contracts import evidence
-from evotrainer.contracts import lineage
+from evotrainer.backends.local.scoring import InProcessReward, evidence_rows, sample_and_score
+from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import load_policy
-from evotrainer.backends.local.scoring import InProcessReward, evidence_rows, sample_and_score
 from evotrainer.stages.diagnose import check_findings, render_markdown
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from evotrainer import runtime
+from evotrainer.backends.local.grpo import train
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer
-from evotrainer.backends.local.grpo import train
 
 RECIPE = load_recipe(DEFAULT_HARNESS) | {"prompts_per_step": 4, "group_size": 4, "lr": 1e-2}
 
@@ -21,8 +21,12 @@ RECIPE = load_recipe(DEFAULT_HARNESS) | {"prompts_per_step": 4, "group_size": 4,
 def _train(splits, device: str, precision: str, steps: int = 2):
     tok = build_tokenizer()
     model = build_model(tok, seed=0).to(device)
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
-    log = train(model, tok, RECIPE, splits["train"], reward, steps=steps, seed=3, show_progress=False, precision=precision)
+    from evotrainer.backends.local.scoring import InProcessReward
+    from evotrainer.tasks.arithmetic import ArithmeticTask
+
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
+    log = train(model, tok, RECIPE, splits["train"], reward, task=ArithmeticTask(), steps=steps, seed=3,
+                show_progress=False, precision=precision)
     return model, log
 
 

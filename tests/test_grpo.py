@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
-from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy
 from evotrainer.backends.local.grpo import TRAIN_LOG_COLUMNS, group_advantages, train
 from evotrainer.backends.local.scoring import InProcessReward
+from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
+from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy
 
 
 def test_group_advantages_normalise_within_groups():
@@ -76,8 +76,8 @@ def test_training_is_reproducible_with_a_fixed_seed(tiny_policy, splits, task):
 
 
 def test_groups_stay_aligned_when_a_prompt_is_drawn_twice(tiny_policy, splits, task):
-    from evotrainer.contracts.harness import load_module
     from evotrainer.backends.local.scoring import sample_and_score
+    from evotrainer.contracts.harness import load_module
 
     model, tok = load_policy(tiny_policy)
     reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)

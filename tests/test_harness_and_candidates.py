@@ -1,8 +1,8 @@
 import pytest
 
-from evotrainer.contracts import lineage
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.heuristic import CATALOGUE, HeuristicAgent, unified_diff
+from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness, touched_files, validate
 from evotrainer.contracts.harness import DEFAULT_HARNESS, HarnessError, check_recipe, harness_id, load_recipe
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evotrainer.search import approvals
 from evotrainer.config import compose
+from evotrainer.search import approvals
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from evotrainer.contracts import evidence
 from evotrainer.agents.heuristic import set_recipe_values, unified_diff
 from evotrainer.atomic import write_parquet
 from evotrainer.config import compose, to_yaml
+from evotrainer.contracts import evidence
 from evotrainer.contracts.harness import DEFAULT_HARNESS
 from evotrainer.stages import replay
 from tests.hacks import hack_diff, write_candidate

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.contracts import lineage
-from evotrainer.contracts import skill as skills
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.guidance import parse_feedback
 from evotrainer.agents.heuristic import HeuristicAgent, vocabulary
+from evotrainer.contracts import lineage
+from evotrainer.contracts import skill as skills
 from evotrainer.contracts.harness import DEFAULT_HARNESS, harness_id, load_recipe
 from evotrainer.runtime import diff_hash
 

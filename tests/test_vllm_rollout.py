@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from evotrainer.contracts import evidence
 from evotrainer.backends import vllm_rollout
 from evotrainer.backends.local.scoring import InProcessReward
+from evotrainer.contracts import evidence
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -62,8 +62,8 @@ def test_missing_vllm_is_a_clear_error():
 
 
 def test_prompt_token_ids_match_the_local_sampler(splits):
-    from evotrainer.policy.tiny import build_tokenizer
     from evotrainer.backends.local.sampler import encode_prompts
+    from evotrainer.policy.tiny import build_tokenizer
 
     tok = build_tokenizer()
     prompts = splits["val"]["prompt"].tolist()[:5]
@@ -73,8 +73,8 @@ def test_prompt_token_ids_match_the_local_sampler(splits):
 
 
 def test_vllm_outputs_become_the_same_evidence_as_local_sampling(splits, task):
-    from evotrainer.policy.tiny import build_model, build_tokenizer
     from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+    from evotrainer.policy.tiny import build_model, build_tokenizer
 
     tok = build_tokenizer()
     model = build_model(tok, seed=0).eval()

@@ -13,8 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evotrainer.contracts import evidence
-from evotrainer.contracts import lineage
+from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]

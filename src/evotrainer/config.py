@@ -21,6 +21,35 @@ class ConfigError(ValueError):
     pass
 
 
+# Each field declares its own check: its type (the dataclass), its allowed values (one_of) or its range
+# (between). validate() walks the dataclasses, so the key, the value and what is allowed are in one place.
+def one_of(default: Any, *allowed: Any) -> Any:
+    """A field whose value must be one of ``allowed``."""
+    return field(default=default, metadata={"choices": tuple(allowed)})
+
+
+def between(default: Any, low: float, high: float) -> Any:
+    """A numeric field within [low, high] (None passes where the field is optional)."""
+    return field(default=default, metadata={"range": (low, high)})
+
+
+def _check_fields(cls: type, node: Any, prefix: str) -> None:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, value = f"{prefix}{f.name}", node[f.name]
+        if "choices" in f.metadata and value not in f.metadata["choices"]:
+            raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of {list(f.metadata['choices'])}")
+        if "range" in f.metadata and value is not None:
+            low, high = f.metadata["range"]
+            if not low <= value <= high:
+                raise ConfigError(f"config: '{key}' = {value} is outside [{low}, {high}]")
+        if dataclasses.is_dataclass(hints[f.name]) and value is not None:
+            _check_fields(hints[f.name], value, f"{key}.")
+
+
 @dataclass
 class LevelConf:
     operands: int = 2
@@ -42,6 +71,9 @@ class TaskConf:
     datasets: list[str] = field(default_factory=list)  # reasoning_gym: dataset names
     weights: list[float] = field(default_factory=list)  # reasoning_gym: one per dataset; empty = equal
     dataset_options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: {name: {key: value}}
+    env: str | None = None  # agentic: an evotrainer.envs name (mini_swe, swe_local)
+    env_options: dict[str, Any] = field(default_factory=dict)  # agentic: options of the environment
+    difficulties: list[int] = field(default_factory=list)  # agentic: difficulty of each instance, drawn uniformly
     options: dict[str, Any] = field(default_factory=dict)  # passed to the task as keyword options
 
 
@@ -74,17 +106,17 @@ def check_task(task: Any) -> None:
 
 @dataclass
 class SFTConf:
-    max_steps: int = 3000
+    max_steps: int = between(3000, 0, 1000000)
     batch_size: int = 64
     lr: float = 1e-3
-    target_val_accuracy: float = 0.3
+    target_val_accuracy: float = between(0.3, 0.0, 1.1)
     eval_every: int = 50
     eval_prompts: int = 500
 
 
 @dataclass
 class PolicyConf:
-    name: str = "tiny"
+    name: str = one_of("tiny", "tiny", "hf", "qwen2_tiny")
     path: str | None = None
     hidden_size: int = 64
     num_layers: int = 2
@@ -99,33 +131,33 @@ class VerlConf:
     """trainer.name=verl only (see conf/trainer/verl.yaml and evotrainer.backends.verl)."""
 
     python: str | None = None  # interpreter that runs verl; null = the one running evotrainer
-    nnodes: int = 1  # > 1: Ray is started across the SLURM allocation (backends/verl/ray_on_slurm.sh)
-    n_gpus_per_node: int = 1
-    rollout_engine: str = "vllm"  # verl 0.9.1 rolls out with vllm, sglang or trtllm only
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.5
-    micro_batch_size_per_gpu: int = 8
-    clip_ratio_c: float = 3.0  # verl's dual-clip bound; the recipe has no such knob (the local trainer does not dual-clip)
-    timeout_s: float = 86_400.0
+    nnodes: int = between(1, 1, 4096)  # > 1: Ray is started across the SLURM allocation (backends/verl/ray_on_slurm.sh)
+    n_gpus_per_node: int = between(1, 1, 64)
+    rollout_engine: str = one_of("vllm", "vllm", "sglang", "trtllm")  # verl 0.9.1 rolls out with vllm, sglang or trtllm only
+    tensor_parallel_size: int = between(1, 1, 64)
+    gpu_memory_utilization: float = between(0.5, 0.05, 0.99)
+    micro_batch_size_per_gpu: int = between(8, 1, 65536)
+    clip_ratio_c: float = between(3.0, 1.0001, 1000.0)  # verl's dual-clip bound; the recipe has no such knob (the local trainer does not dual-clip)
+    timeout_s: float = between(86_400.0, 1.0, 2592000.0)
     overrides: list[str] = field(default_factory=list)  # extra verl Hydra overrides, applied last
 
 
 @dataclass
 class TrainerConf:
-    name: str = "local"
-    device: str = "auto"
-    threads: int = 1
-    precision: str = "auto"  # auto: bf16 autocast on CUDA (fp32 master weights), fp32 on CPU | fp32 | bf16
+    name: str = one_of("local", "local", "verl")
+    device: str = one_of("auto", "auto", "cpu", "cuda")
+    threads: int = between(1, 1, 256)
+    precision: str = one_of("auto", "auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA (fp32 master weights), fp32 on CPU | fp32 | bf16
     verl: VerlConf = field(default_factory=VerlConf)
 
 
 @dataclass
 class RolloutConf:
-    name: str = "hf"
-    split: str = "probe"
+    name: str = one_of("hf", "hf", "vllm")
+    split: str = one_of("probe", "probe", "train", "val")
     eval_batch_size: int = 512
-    tensor_parallel_size: int = 1  # rollout.name=vllm only
-    gpu_memory_utilization: float = 0.5  # rollout.name=vllm only
+    tensor_parallel_size: int = between(1, 1, 64)  # rollout.name=vllm only
+    gpu_memory_utilization: float = between(0.5, 0.05, 0.99)  # rollout.name=vllm only
 
 
 @dataclass
@@ -144,29 +176,29 @@ class AgentPricesConf:  # USD per million tokens, used for the cost column of ag
 
 @dataclass
 class AgentConf:
-    name: str = "heuristic"
-    max_candidates: int = 3
+    name: str = one_of("heuristic", "heuristic", "claude", "openai")
+    max_candidates: int = between(3, 0, 64)
     extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
     # LLM agents (claude, openai) only; see conf/agent/claude.yaml and evotrainer.agents.llm
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None  # the key is read from this environment variable, never from config
-    max_tokens: int = 8192  # per reply
+    max_tokens: int = between(8192, 1, 1000000)  # per reply
     temperature: float | None = None  # null = the endpoint's default (some models reject other values)
-    timeout_s: float = 120.0  # per socket read (a silent server), never past the call's deadline
-    max_retries: int = 4  # retries with backoff on 408/409/429/5xx/529, timeouts and unusable replies
-    call_timeout_s: float = 300.0  # deadline of one call, retries and waits included
-    step_timeout_s: float = 1800.0  # deadline of the whole conversation of one propose step
-    max_retry_wait_s: float = 30.0  # the longest retry-after honoured (the deadline bounds it too)
-    max_invalid_replies: int = 3  # invalid replies for one candidate before it is recorded as failed
-    max_turns: int = 24  # model replies per generation
-    tool_output_chars: int = 6000
-    max_diff_bytes: int = 16000
-    max_reply_chars: int = 20000  # text kept of one reply (stored and sent back)
-    max_tool_args_chars: int = 40000  # a tool call with larger arguments is refused (and not sent back)
-    max_conversation_chars: int = 600000  # the conversation stops before a request would be larger
-    max_response_bytes: int = 8000000  # a larger HTTP body is an unusable reply
-    fallback: str = "heuristic"  # heuristic | none: who fills the slots when the endpoint or budget fails
+    timeout_s: float = between(120.0, 0.01, 3600)  # per socket read (a silent server), never past the call's deadline
+    max_retries: int = between(4, 0, 20)  # retries with backoff on 408/409/429/5xx/529, timeouts and unusable replies
+    call_timeout_s: float = between(300.0, 0.01, 86_400.0)  # deadline of one call, retries and waits included
+    step_timeout_s: float = between(1800.0, 0.01, 7 * 86_400.0)  # deadline of the whole conversation of one propose step
+    max_retry_wait_s: float = between(30.0, 0.0, 3600.0)  # the longest retry-after honoured (the deadline bounds it too)
+    max_invalid_replies: int = between(3, 1, 20)  # invalid replies for one candidate before it is recorded as failed
+    max_turns: int = between(24, 1, 500)  # model replies per generation
+    tool_output_chars: int = between(6000, 200, 200000)
+    max_diff_bytes: int = between(16000, 100, 64000)
+    max_reply_chars: int = between(20000, 1, 10_000_000)  # text kept of one reply (stored and sent back)
+    max_tool_args_chars: int = between(40000, 1, 10_000_000)  # a tool call with larger arguments is refused (and not sent back)
+    max_conversation_chars: int = between(600000, 1, 100_000_000)  # the conversation stops before a request would be larger
+    max_response_bytes: int = between(8000000, 1, 1_000_000_000)  # a larger HTTP body is an unusable reply
+    fallback: str = one_of("heuristic", "heuristic", "none")  # heuristic | none: who fills the slots when the endpoint or budget fails
     budget: AgentBudgetConf = field(default_factory=AgentBudgetConf)
     prices: AgentPricesConf = field(default_factory=AgentPricesConf)
 
@@ -181,25 +213,25 @@ class DiagnosticsSearchConf:
     """Evolving diagnostics: how a proposed diagnostics change is backtested on archived evidence."""
 
     collapse_drop: float = 0.10  # a branch this far below its control's val accuracy counts as collapsed
-    min_bad_recall: float = 1.0  # share of known-bad branches the change must flag
-    max_good_flag_rate: float = 0.0  # share of known-good branches it may flag
-    timeout_s: float = 60.0  # wall-clock limit for the candidate diagnostics over all archived evidence
+    min_bad_recall: float = between(1.0, 0.0, 1.0)  # share of known-bad branches the change must flag
+    max_good_flag_rate: float = between(0.0, 0.0, 1.0)  # share of known-good branches it may flag
+    timeout_s: float = between(60.0, 1.0, 3600.0)  # wall-clock limit for the candidate diagnostics over all archived evidence
 
 
 @dataclass
 class SearchConf:
-    mode: str = "single"
-    generations: int = 3
-    steps_per_generation: int = 200
+    mode: str = one_of("single", "single")
+    generations: int = between(3, 1, 1000)
+    steps_per_generation: int = between(200, 1, 1000000)
     min_gain: float = 0.0
     baseline: bool = True
     baseline_restarts: bool = True
-    seeds: int = 1
-    selection: str = "greedy"
-    confidence: float = 0.95
-    headline_seeds: int = 5
+    seeds: int = between(1, 1, 64)
+    selection: str = one_of("greedy", "greedy", "bootstrap")
+    confidence: float = between(0.95, 0.5, 0.999)
+    headline_seeds: int = between(5, 1, 100)
     gates: bool = True
-    train_hang_s: float = 900.0  # a backtest's training with no step finished for this long fails as train_timeout
+    train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
     diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())
 
 
@@ -207,8 +239,8 @@ class SearchConf:
 class SkillsConf:
     enabled: bool = True
     library_dir: str | None = None  # cross-run skill library; null = <results_dir>/skill_library
-    fail_margin: float = 0.02  # a rejected candidate counts as a failed skill when it lost by at least this
-    min_similarity: float = 0.5  # weighted-Jaccard similarity a skill's trigger needs to be used
+    fail_margin: float = between(0.02, 0.0, 1.0)  # a rejected candidate counts as a failed skill when it lost by at least this
+    min_similarity: float = between(0.5, 0.0, 1.0)  # weighted-Jaccard similarity a skill's trigger needs to be used
 
 
 @dataclass
@@ -219,16 +251,16 @@ class HumanGatesConf:
     after_propose: bool = False
     after_backtest: bool = False
     after_select: bool = False
-    after_failed_generations: int = 0  # automatic gate after this many generations in a row without a promotion
+    after_failed_generations: int = between(0, 0, 1000)  # automatic gate after this many generations in a row without a promotion
 
 
 @dataclass
 class SandboxConf:
     """Where untrusted code runs (README "Replay before training, and the sandbox", docs/sandbox.md)."""
 
-    isolation: str = "auto"  # auto: os where supported, else process with a warning; os: error if unsupported
-    reward_timeout_s: float = 60.0  # per-batch deadline of the sandboxed reward worker during training
-    reward_memory_mb: int = 4096  # address-space limit of the reward worker
+    isolation: str = one_of("auto", "auto", "os", "process")  # auto: os where supported, else process with a warning; os: error if unsupported
+    reward_timeout_s: float = between(60.0, 0.1, 86400.0)  # per-batch deadline of the sandboxed reward worker during training
+    reward_memory_mb: int = between(4096, 64, 1048576)  # address-space limit of the reward worker
 
 
 @dataclass
@@ -246,57 +278,6 @@ class Config:
     skills: SkillsConf = field(default_factory=SkillsConf)
     gates: HumanGatesConf = field(default_factory=HumanGatesConf)
     sandbox: SandboxConf = field(default_factory=SandboxConf)
-
-
-CHOICES: dict[str, tuple[str, ...]] = {
-    "policy.name": ("tiny", "hf", "qwen2_tiny"),
-    "trainer.name": ("local", "verl"),
-    "trainer.device": ("auto", "cpu", "cuda"),
-    "trainer.precision": ("auto", "fp32", "bf16"),
-    "trainer.verl.rollout_engine": ("vllm", "sglang", "trtllm"),
-    "rollout.name": ("hf", "vllm"),  # vllm: the package is needed where the rollout job runs (clear error if not)
-    "rollout.split": ("probe", "train", "val"),  # never test: the protocol guard
-    "agent.name": ("heuristic", "claude", "openai"),
-    "search.mode": ("single",),
-    "search.selection": ("greedy", "bootstrap"),
-    "sandbox.isolation": ("auto", "os", "process"),
-}
-RANGES: dict[str, tuple[float, float]] = {
-    "search.generations": (1, 1000),
-    "search.steps_per_generation": (1, 1_000_000),
-    "agent.max_candidates": (0, 64),
-    "agent.max_tokens": (1, 1_000_000),
-    "agent.timeout_s": (0.01, 3600),
-    "agent.max_retries": (0, 20),
-    "agent.max_invalid_replies": (1, 20),
-    "agent.max_turns": (1, 500),
-    "agent.tool_output_chars": (200, 200_000),
-    "agent.max_diff_bytes": (100, 64_000),
-    "trainer.threads": (1, 256),
-    "trainer.verl.nnodes": (1, 4096),
-    "rollout.tensor_parallel_size": (1, 64),
-    "rollout.gpu_memory_utilization": (0.05, 0.99),
-    "trainer.verl.n_gpus_per_node": (1, 64),
-    "trainer.verl.tensor_parallel_size": (1, 64),
-    "trainer.verl.gpu_memory_utilization": (0.05, 0.99),
-    "trainer.verl.micro_batch_size_per_gpu": (1, 65_536),
-    "trainer.verl.clip_ratio_c": (1.0001, 1000.0),
-    "trainer.verl.timeout_s": (1.0, 30 * 86_400.0),
-    "search.seeds": (1, 64),
-    "search.train_hang_s": (1.0, 30 * 86_400.0),
-    "skills.fail_margin": (0.0, 1.0),
-    "skills.min_similarity": (0.0, 1.0),
-    "gates.after_failed_generations": (0, 1000),
-    "search.confidence": (0.5, 0.999),
-    "search.headline_seeds": (1, 100),
-    "search.diagnostics.min_bad_recall": (0.0, 1.0),
-    "search.diagnostics.max_good_flag_rate": (0.0, 1.0),
-    "search.diagnostics.timeout_s": (1.0, 3600.0),
-    "sandbox.reward_timeout_s": (0.1, 86_400.0),
-    "sandbox.reward_memory_mb": (64, 1_048_576),
-    "policy.sft.target_val_accuracy": (0.0, 1.1),
-    "policy.sft.max_steps": (0, 1_000_000),
-}
 
 
 def overrides_from_snakemake(config: dict[str, Any]) -> list[str]:
@@ -338,14 +319,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     except (ConfigKeyError, ValidationError) as err:
         key = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"config: bad key '{key}': {err.msg if hasattr(err, 'msg') else err}") from err
-    for key, allowed in CHOICES.items():
-        value = OmegaConf.select(merged, key)
-        if value not in allowed:
-            raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of {list(allowed)}")
-    for key, (low, high) in RANGES.items():
-        value = OmegaConf.select(merged, key)
-        if not low <= value <= high:
-            raise ConfigError(f"config: '{key}' = {value} is outside [{low}, {high}]")
+    _check_fields(Config, merged, "")
     check_task(merged.task)  # task.name against the installed tasks, and each task's own keys
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")

@@ -85,8 +85,8 @@ _PASS_RATE_CURRICULUM = '''    weights = np.ones(len(pool), dtype=float)
         return weights
     # favour difficulty levels with pass rates away from 0 and 1 (they carry GRPO signal)
     pass_rate = evidence.groupby("difficulty")["correct"].mean()
-    for level, p in pass_rate.items():
-        weights[(pool["level"] == level).to_numpy()] = 0.1 + 4 * p * (1 - p)
+    for difficulty, p in pass_rate.items():
+        weights[(pool["difficulty"] == difficulty).to_numpy()] = 0.1 + 4 * p * (1 - p)
     return weights
 '''
 
@@ -226,7 +226,8 @@ class HeuristicAgent:
         tried = self._tried(context)
         guidance = Guidance.from_context(context, vocabulary(recipe))
         options: list[tuple[tuple, Proposal]] = []
-        for index, intervention in enumerate(CATALOGUE):
+        # the generic catalogue, then the task's own (context.extra["interventions"], e.g. the code domain's)
+        for index, intervention in enumerate(CATALOGUE + tuple(context.extra.get("interventions", ()))):
             new_files = intervention.edit(recipe, files)
             if not new_files:
                 continue

@@ -56,7 +56,6 @@ USAGE_INVALID = "agent_usage_invalid"  # a call label (agent_calls.parquet), not
 STOP_OF_LABEL = {API_ERROR: "api_error", TIMEOUT: "timeout", MALFORMED: "malformed_reply"}
 # stops for which the offline agent fills the free slots (agent.fallback: heuristic)
 FALLBACK_STOPS = ("budget", "api_error", "timeout", "malformed_reply", "deadline", "agent_error")
-FALLBACK_CHOICES = ("heuristic", "none")
 MIN_CHARS_PER_TOKEN_REPORTED = 8  # fewer input tokens than request chars / 8 is under-reported usage
 
 
@@ -80,7 +79,6 @@ class Provider(Protocol):
 
 
 def api_key(agent_cfg, required: bool = True) -> str | None:
-    check_config(agent_cfg)
     name = agent_cfg.api_key_env
     secrets.register(name)  # its value is redacted from everything this process writes or sends
     if not name:
@@ -95,18 +93,6 @@ def api_key(agent_cfg, required: bool = True) -> str | None:
                                   f"key as {name} (it is read from the environment only, never from config files)")
         return None
     return value
-
-
-def check_config(agent_cfg) -> None:
-    """The agent.* values config.py's ranges do not cover: positive limits, a known fallback."""
-    if agent_cfg.fallback not in FALLBACK_CHOICES:
-        raise AgentSetupError(f"config: 'agent.fallback' = {agent_cfg.fallback!r}; choose one of {list(FALLBACK_CHOICES)}")
-    for key in ("call_timeout_s", "step_timeout_s", "max_reply_chars", "max_tool_args_chars",
-                "max_conversation_chars", "max_response_bytes"):
-        if not getattr(agent_cfg, key) > 0:
-            raise AgentSetupError(f"config: 'agent.{key}' = {getattr(agent_cfg, key)} must be positive")
-    if agent_cfg.max_retry_wait_s < 0:
-        raise AgentSetupError(f"config: 'agent.max_retry_wait_s' = {agent_cfg.max_retry_wait_s} must be >= 0")
 
 
 @dataclass
@@ -138,7 +124,6 @@ class LLMAgent:
     """The agent interface over a Provider: narrate() and propose() share one conversation."""
 
     def __init__(self, agent_cfg, provider: Provider, secret: str | None = None):
-        check_config(agent_cfg)
         self.cfg = agent_cfg
         self.provider = provider
         self.name = agent_cfg.name

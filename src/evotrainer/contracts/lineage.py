@@ -28,7 +28,7 @@ FAILURE_LABELS = (
     # an LLM agent's candidate that stayed invalid after retries, or its endpoint failed (evotrainer.agents.llm)
     "agent_no_tool_call", "agent_bad_tool_call", "agent_no_diff", "agent_non_utf8", "agent_diff_too_large",
     "agent_wrong_file", "agent_not_a_diff", "agent_diff_does_not_apply", "agent_duplicate", "agent_api_error",
-    "agent_timeout", "agent_budget_exhausted",
+    "agent_timeout", "agent_budget_exhausted", "agent_malformed_reply",
 )
 
 SCHEMA = pa.schema(

@@ -87,6 +87,11 @@ class Task(ABC):
         metadatas = metadatas if metadatas is not None else [None] * len(responses)
         return [self.verify(r, gt, md) for r, gt, md in zip(responses, ground_truths, metadatas, strict=True)]
 
+    def interventions(self) -> tuple:
+        """The domain's harness interventions for the offline agent (evotrainer.agents.heuristic.Intervention
+        records), tried after the generic catalogue (default: none)."""
+        return ()
+
     def gates(self) -> list[Gate]:
         """The domain's trusted validity gates (beside the generic ones)."""
         return []
@@ -104,6 +109,22 @@ def metadata_of(value: Any) -> dict:
     if isinstance(value, dict):
         return value
     return json.loads(value) if value else {}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as plain JSON types: numpy scalars and arrays, tuples and sets become numbers and lists
+    (sets sorted), anything else unknown its ``str`` (for the metadata column)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset) or hasattr(value, "tolist"):
+        items = value.tolist() if hasattr(value, "tolist") else value
+        if not isinstance(items, list | tuple | set | frozenset):
+            return json_safe(items)  # a numpy scalar
+        converted = [json_safe(v) for v in items]
+        return sorted(converted, key=repr) if isinstance(items, set | frozenset) else converted
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 def check_split(frame: pd.DataFrame, where: str) -> pd.DataFrame:

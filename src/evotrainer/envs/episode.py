@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from evotrainer.policy.chat import eos_token_ids
 
-
 PRIVATE_INFO = ("hidden_output",)  # info an environment keeps out of records (it would reveal hidden tests)
 
 

@@ -47,18 +47,25 @@ def ensure_chat_template(tokenizer) -> None:
 def render_prompts(tokenizer, prompts: Iterable[Any]) -> list[str]:
     """The text the policy sees for each prompt (messages or a user string), generation prompt included."""
     template = getattr(tokenizer, "chat_template", None) or PLAIN_CHAT_TEMPLATE
-    return [
-        tokenizer.apply_chat_template(as_messages(p), chat_template=template, tokenize=False,
-                                      add_generation_prompt=True)
-        for p in prompts
-    ]
+    rendered: dict[tuple, str] = {}  # a GRPO batch repeats every prompt group_size times: render each once
+    out = []
+    for prompt in prompts:
+        msgs = as_messages(prompt)
+        key = tuple((m["role"], m["content"]) for m in msgs)
+        if key not in rendered:
+            rendered[key] = tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
+                                                          add_generation_prompt=True)
+        out.append(rendered[key])
+    return out
 
 
 def encode_rendered(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of rendered text; special tokens are written by the template, never added here."""
-    if not texts:
+    unique = list(dict.fromkeys(texts))
+    if not unique:
         return []
-    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    ids = dict(zip(unique, tokenizer(unique, add_special_tokens=False)["input_ids"], strict=True))
+    return [list(ids[text]) for text in texts]
 
 
 def prompt_token_ids(tokenizer, prompts: Iterable[Any]) -> list[list[int]]:

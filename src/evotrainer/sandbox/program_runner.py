@@ -1,5 +1,9 @@
 """Run policy-written programs against tests: a persistent, pre-forked, sandboxed verification server.
 
+(Why one module over 400 lines: the server half runs as this file's own source under ``python -I -S -c``
+inside the sandbox, where nothing but the standard library is importable, so it cannot be split into
+modules of the package without shipping them into the sandbox as well.)
+
 The trusted side (``ProgramRunner``, in our process) starts ONE server per runner: this file's own source run
 as ``python -I -S -c`` inside ``sandbox.isolation.isolated_command`` (read-only system, no network, private
 /tmp, own pid namespace, uid 65534). The server imports a lean set of standard modules once. Per program it

@@ -13,9 +13,11 @@ from evotrainer.config import load as load_config
 def config(path: str | Path):
     """The run's config; also makes its ``sandbox.isolation`` the default of every sandbox this stage starts."""
     cfg = load_config(path)
+    from evotrainer import secrets
     from evotrainer.sandbox.isolation import set_default_mode
 
     set_default_mode(cfg.sandbox.isolation)
+    secrets.register(cfg.agent.api_key_env)  # every stage redacts the configured key, not only propose
     return cfg
 
 

@@ -21,7 +21,7 @@ from evotrainer.contracts.harness import harness_id
 from evotrainer.runtime import diff_hash
 from evotrainer.search import approvals
 from evotrainer.secrets import redact
-from evotrainer.stages.common import config
+from evotrainer.stages.common import config, task_of
 
 
 def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: str | list[str] | None, out_dir: str,
@@ -35,6 +35,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
         feedback=approvals.feedback_for(Path(out_dir).parents[1], generation),  # from `evotrainer revise`
     )
     # every skill that matches this diagnosis (this run's and the cross-run library's), best first
+    context.extra["interventions"] = task_of(cfg).interventions()  # the domain's own catalogue (code, ...)
     context.extra["skills_dirs"] = skills.stores(cfg, Path(out_dir).parents[1]) if cfg.skills.enabled else []
     context.extra["skills"] = skills.retrieve(context.extra["skills_dirs"], _severities(diagnosis["findings"]),
                                               k=None, min_similarity=cfg.skills.min_similarity)

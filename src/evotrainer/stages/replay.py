@@ -21,7 +21,7 @@ import numpy as np
 from evotrainer.atomic import read_json, write_json
 from evotrainer.backends.local.scoring import overlong_penalty, reward_rows_from_evidence
 from evotrainer.contracts import evidence, lineage
-from evotrainer.contracts.candidate import CandidateError, apply_diff
+from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.sandbox.harness_code import harness_reward
 from evotrainer.sandbox.runner import SandboxError, run_tasks
@@ -91,7 +91,9 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         "findings_flagged": flagged,
     }
     label, reason = None, None
-    if dead >= 1.0 - 1e-9:
+    if proposal["candidate_id"] == CONTROL:
+        pass  # the control is the generation's yardstick: it always trains, even where no group has signal
+    elif dead >= 1.0 - 1e-9:
         label, reason = "replay_no_signal", "every cached group has zero reward variance under this reward"
     elif min(groups_kept, pool_kept) < MIN_KEPT_FRACTION:
         label, reason = "replay_low_kept_fraction", (

@@ -48,6 +48,7 @@ class AgenticTask(Task):
     description = "multi-turn episodes in an environment (default mini_swe: fix a bug, hidden tests decide)"
     max_response_len = 64  # tokens per model turn
     config_keys = ("env", "env_options", "difficulties")
+    multi_turn = True  # rollouts are episodes (backends/local/multiturn), not single responses
 
     def __init__(self, env: str = "mini_swe", env_options: dict | None = None, difficulties: list[int] | None = None):
         self.env = env

@@ -169,6 +169,11 @@ class CodeTask(Task):
     def default_harness(self) -> Path:
         return complete(HARNESS)  # recipe, reward, diagnostics of its own; the generic curriculum
 
+    def interventions(self) -> tuple:
+        from evotrainer.tasks.code_interventions import CODE_CATALOGUE
+
+        return CODE_CATALOGUE
+
     def gates(self) -> list:
         from evotrainer.tasks.code_data.gates import reward_rose_hidden_fell
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evotrainer.contracts.task import Task, TaskError, Verification
+from evotrainer.contracts.task import Task, TaskError, Verification, json_safe
 from evotrainer.tasks.harnesses import complete
 
 HARNESS = Path(__file__).parent / "harnesses" / "math"  # recipe.yaml and reward.py; the rest is the default
@@ -73,16 +73,6 @@ def verify_math(response: str, ground_truth: str) -> Verification:
     except Exception as err:  # noqa: BLE001 - sympy inside math-verify can raise anything
         return Verification(False, False, None, "verify_error", {"error": f"{type(err).__name__}: {err}"[:200]})
     return Verification(correct, True, parsed, None if correct else "wrong_answer")
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | np.ndarray):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def _difficulty(extra: dict) -> int:
@@ -133,7 +123,7 @@ def read_verl_parquet(path: Path, split: str) -> pd.DataFrame:
         if not isinstance(truth, str | int | float | np.integer | np.floating) or str(truth).strip() == "":
             raise TaskError(f"{where}: column 'reward_model' must be {{style, ground_truth}} with a non-empty "
                             f"ground_truth string, got {reward_model!r:.80}")
-        extra = _json_safe(extra) if isinstance(extra, dict) else {}
+        extra = json_safe(extra) if isinstance(extra, dict) else {}
         rows.append({
             "prompt_id": f"{split}-{i:06d}",
             "prompt": _messages(prompt, where),

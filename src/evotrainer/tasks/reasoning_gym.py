@@ -30,10 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from evotrainer.contracts.task import Task, TaskError, Verification, messages, metadata_of
+from evotrainer.contracts.task import Task, TaskError, Verification, json_safe, messages, metadata_of
 from evotrainer.tasks.harnesses import complete
 from evotrainer.tasks.partition import PARTITION_OF_SPLIT, check_sizes, partition_of
 
@@ -47,19 +46,6 @@ def extract_answer(response: str) -> str | None:
     tagged = _ANSWER_TAG.findall(response)
     text = tagged[-1] if tagged else response.strip().rpartition("\n")[2]
     return text.strip() or None
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        items = [_json_safe(v) for v in value]
-        return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
 
 
 def difficulty_of(metadata: dict) -> int:
@@ -149,7 +135,7 @@ class ReasoningGymTask(Task):
             rows = []
             for name, count in zip(self.datasets, _allocate(size, self.weights), strict=True):
                 for item in self._draw(name, split, count, seed):
-                    meta = _json_safe(dict(item.get("metadata") or {})) | {"source_dataset": name}
+                    meta = json_safe(dict(item.get("metadata") or {})) | {"source_dataset": name}
                     rows.append({
                         "prompt": messages(str(item["question"]), self.system_prompt),
                         "ground_truth": str(item["answer"]),
