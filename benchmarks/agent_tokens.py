@@ -32,11 +32,11 @@ def generation_dir(root: Path) -> Path:
     """Real rollouts of a fresh tiny policy on the probe split, and their diagnosis."""
     import torch
 
-    from evotrainer.contracts import evidence
+    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
     from evotrainer.config import compose, to_yaml
+    from evotrainer.contracts import evidence
     from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
     from evotrainer.policy.tiny import build_model, build_tokenizer
-    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
     from evotrainer.stages import diagnose
     from evotrainer.tasks.arithmetic import Level, make_splits
 
@@ -67,11 +67,11 @@ def main() -> None:
     parser.add_argument("--output-tokens-per-call", type=int, default=800)
     args = parser.parse_args()
 
-    from evotrainer.contracts import lineage
     from evotrainer.agents import ProposalContext, make_agent
     from evotrainer.agents.heuristic import set_recipe_values, unified_diff
     from evotrainer.atomic import read_json
     from evotrainer.config import compose
+    from evotrainer.contracts import lineage
     from evotrainer.contracts.harness import DEFAULT_HARNESS, harness_id
     from tests.llm_server import ScriptedLLM, Turn, tool
 

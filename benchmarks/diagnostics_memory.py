@@ -1,6 +1,7 @@
 """Diagnostics over a 10M-row evidence file within 2 GiB: peak memory and wall time of the diagnose stage.
 
-Real rollouts of the tiny policy (briefly SFT-trained, built from code) are tiled into a large evidence
+Real rollouts of the tiny policy (briefly SFT-trained, built from code) on ArithmeticTask's chat prompts,
+verified by the task and scored in process by the default harness reward, are tiled into a large evidence
 file (fresh group/prompt ids per tile, written batch by batch), then the real `diagnose` stage runs on
 it: streaming validation, the sandboxed diagnostics over the declared column projection, example rows
 fetched in one more streaming pass. Prints JSON: rows, file size, wall seconds, peak RSS of the stage
@@ -25,22 +26,24 @@ GOAL_MB = 2048
 def real_rollouts():
     import torch
 
+    from evotrainer.backends.local.scoring import InProcessReward, evidence_rows, greedy_accuracy, sample_and_score
+    from evotrainer.backends.local.sft import warm_start
     from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
     from evotrainer.policy.tiny import build_model, build_tokenizer
-    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
-    from evotrainer.backends.local.sft import warm_start
-    from evotrainer.tasks.arithmetic import Level, make_splits
+    from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
     torch.set_num_threads(2)
-    splits = make_splits([Level(2, 99, 1.0)], {"train": 2000, "val": 50, "test": 10, "probe": 128}, "+-", seed=3)
+    task = ArithmeticTask(ops="+-", levels=[Level(2, 99, 1.0)])
+    splits = task.splits({"train": 2000, "val": 50, "test": 10, "probe": 128}, seed=3)
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=0)
     warm_start(model, tokenizer, splits["train"], splits["val"], max_steps=200, batch_size=64, lr=1e-3,
-               target_val_accuracy=1.1, eval_every=1000, seed=0, max_len=8, show_progress=False)
+               target_val_accuracy=1.1, eval_every=1000, seed=0, max_len=8, show_progress=False,
+               evaluate=lambda: greedy_accuracy(model, tokenizer, splits["val"], 8, task=task))
     recipe = load_recipe(DEFAULT_HARNESS)
     repeated, batch = sample_and_score(model, tokenizer, splits["probe"], group_size=8, recipe=recipe,
-                                       reward_fn=load_module(DEFAULT_HARNESS, "reward").compute_score,
-                                       generator=torch.Generator().manual_seed(0))
+                                       reward=InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score),
+                                       task=task, generator=torch.Generator().manual_seed(0))
     return evidence_rows(repeated, batch, group_size=8, run="bench", generation=0, split="probe", step=0,
                          policy_id="p", harness_id="h", seed=0)
 

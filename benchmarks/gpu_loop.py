@@ -4,9 +4,11 @@ tiny model: rollout tokens/s and train steps/s, per precision. Prints JSON.
     .venv/bin/python benchmarks/gpu_loop.py                      # cuda if available, else cpu
     .venv/bin/python benchmarks/gpu_loop.py --device cpu --preset cpu-small --steps 3
 
-Rollout: one `sample_and_score` call over prompts x group_size completions of the arithmetic task (the rollout
-stage's work), median of --repeats timed calls after a warm-up; tokens = generated response tokens.
-Train: `local_grpo.train` for --steps steps (sampling + update, the backtest's work) after a 1-step warm-up.
+Rollout: one `sample_and_score` call over prompts x group_size completions of the arithmetic task (chat prompts
+from ArithmeticTask.splits; the task verifies, the default harness reward scores in process through
+InProcessReward, no sandbox), median of --repeats timed calls after a warm-up; tokens = generated response tokens.
+Train: `evotrainer.backends.local.grpo.train` for --steps steps (sampling + scoring + update, the backtest's
+training work, same in-process reward) after a 1-step warm-up.
 The model is untrained (random init): throughput does not depend on what it has learned.
 """
 
@@ -20,11 +22,11 @@ import time
 import torch
 
 from evotrainer import runtime
+from evotrainer.backends.local.grpo import train
+from evotrainer.backends.local.scoring import InProcessReward, sample_and_score
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer, param_count
-from evotrainer.backends.local.scoring import sample_and_score
-from evotrainer.tasks.arithmetic import Level, make_splits
-from evotrainer.backends.local.grpo import train
+from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
 # hidden, layers, heads, intermediate, max positions
 PRESETS = {"cpu-small": (64, 2, 4, 256, 64), "gpu-medium": (512, 8, 8, 2048, 64), "gpu-large": (1024, 12, 16, 4096, 64)}
@@ -52,10 +54,10 @@ def main() -> None:
     precisions = a.precisions or (["fp32", "bf16"] if device == "cuda" else ["fp32"])
     hidden, layers, heads, inter, positions = PRESETS[preset]
     tok = build_tokenizer()
-    splits = make_splits([Level(2, 99, 0.5), Level(3, 99, 0.5)], {"train": 4000, "val": 10, "test": 10, "probe": a.prompts},
-                         "+-", seed=0)
+    task = ArithmeticTask(ops="+-", levels=[Level(2, 99, 0.5), Level(3, 99, 0.5)])
+    splits = task.splits({"train": 4000, "val": 10, "test": 10, "probe": a.prompts}, seed=0)
     recipe = load_recipe(DEFAULT_HARNESS) | {"prompts_per_step": a.prompts, "group_size": a.group_size}
-    reward = load_module(DEFAULT_HARNESS, "reward").compute_score
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     result = {"device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "preset": preset,
               "prompts": a.prompts, "group_size": a.group_size, "max_response_len": recipe["max_response_len"],
               "torch": torch.__version__, "threads": a.threads, "runs": []}
@@ -67,7 +69,7 @@ def main() -> None:
         def rollout(model=model, generator=generator, precision=precision):
             with runtime.autocast(device, precision):
                 _, batch = sample_and_score(model, tok, splits["probe"], group_size=a.group_size, recipe=recipe,
-                                            reward_fn=reward, generator=generator)
+                                            reward=reward, task=task, generator=generator)
             _sync(device)
             return int(batch.samples.response_mask.sum())
 
@@ -78,10 +80,11 @@ def main() -> None:
             tokens = rollout()
             times.append(time.perf_counter() - start)
         rollout_s = statistics.median(times)
-        train(model, tok, recipe, splits["train"], reward, steps=1, seed=0, show_progress=False, precision=precision)
+        train(model, tok, recipe, splits["train"], reward, task=task, steps=1, seed=0, show_progress=False,
+              precision=precision)
         _sync(device)
         start = time.perf_counter()
-        log = train(model, tok, recipe, splits["train"], reward, steps=a.steps, seed=1, show_progress=False,
+        log = train(model, tok, recipe, splits["train"], reward, task=task, steps=a.steps, seed=1, show_progress=False,
                     precision=precision)
         _sync(device)
         train_s = time.perf_counter() - start

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from evotrainer.backends.local.scoring import sample_and_score
+from evotrainer.backends.local.sft import warm_start
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer
 from evotrainer.sandbox.runner import score_parallel
-from evotrainer.backends.local.scoring import sample_and_score
-from evotrainer.backends.local.sft import warm_start
 from evotrainer.tasks.arithmetic import Level, make_splits
 
 

@@ -1,7 +1,8 @@
 """Rollout tokens/s of the hand-written KV-cached sampler vs `model.generate`, same model, same batch.
 
-Both generate exactly batch x new_tokens tokens (eos is disabled) with greedy decoding; the figure is
-the median of `--repeats` timed runs after one warm-up. Prints JSON.
+Both generate exactly batch x new_tokens tokens (eos is disabled) with greedy decoding on arithmetic
+prompts (chat messages from ArithmeticTask.splits, rendered with the tokenizer's chat template by
+encode_prompts); the figure is the median of `--repeats` timed runs after one warm-up. Prints JSON.
 
     .venv/bin/python benchmarks/sampler_throughput.py [--threads 2] [--batches 64 128 256]
 """
@@ -16,9 +17,10 @@ from functools import partial
 
 import torch
 
-from evotrainer.policy.tiny import build_model, build_tokenizer, param_count
 from evotrainer.backends.local.sampler import encode_prompts, sample
-from evotrainer.tasks.arithmetic import Level, make_splits
+from evotrainer.policy.chat import pad_token_id
+from evotrainer.policy.tiny import build_model, build_tokenizer, param_count
+from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
 SIZES = {"tiny-default": (64, 2, 4, 256), "tiny-x4": (128, 4, 4, 512), "small": (256, 4, 8, 1024)}
 
@@ -42,19 +44,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
-    prompts = make_splits([Level(2, 99, 0.5), Level(3, 99, 0.5)], {"val": max(args.batches)}, "+-", seed=0)["val"]
+    task = ArithmeticTask(ops="+-", levels=[Level(2, 99, 0.5), Level(3, 99, 0.5)])
+    prompts = task.splits({"val": max(args.batches)}, seed=0)["val"]
+    pad = pad_token_id(tok)
     rows = []
     for name, (hidden, layers, heads, inter) in SIZES.items():
         model = build_model(tok, hidden, layers, heads, inter).eval()
         model.generation_config.eos_token_id = None
         for batch in args.batches:
             ids, mask = encode_prompts(tok, prompts["prompt"].tolist()[:batch])
-            ours = timed(partial(sample, model, ids, mask, max_new_tokens=args.new_tokens, eos_id=-1,
-                                 pad_id=tok.pad_token_id, greedy=True), args.repeats)
+            ours = timed(partial(sample, model, ids, mask, max_new_tokens=args.new_tokens, eos_id=[-1],  # no eos
+                                 pad_id=pad, greedy=True), args.repeats)
             with torch.no_grad():
                 ref = timed(partial(model.generate, input_ids=ids, attention_mask=mask, do_sample=False,
                                     max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                    pad_token_id=tok.pad_token_id), args.repeats)
+                                    pad_token_id=pad), args.repeats)
             tokens = batch * args.new_tokens
             rows.append({"model": name, "params": param_count(model), "batch": batch,
                          "sampler_tokens_per_s": round(tokens / ours), "generate_tokens_per_s": round(tokens / ref),

@@ -69,5 +69,5 @@ def test_a_curriculum_that_keeps_almost_nothing_is_rejected(replays):
 
 def test_a_reward_that_crashes_on_real_rollouts_is_rejected(replays):
     r = replays["crashing_reward"]
-    assert r["status"] == "rejected" and r["failure_label"] == "sandbox_crash"
+    assert r["status"] == "rejected" and r["failure_label"] == "reward_error"
     assert "ZeroDivisionError" in r["reason"]

@@ -205,7 +205,7 @@ def test_lineage_has_one_row_per_candidate(finished_run):
 
 def test_test_split_is_never_read_before_evaluation(finished_run):
     test_split = finished_run / "data" / "test.parquet"
-    test_prompts = set(pd.read_parquet(test_split)["prompt"])
+    test_prompts = {messages[-1]["content"] for messages in pd.read_parquet(test_split)["prompt"]}  # chat messages
     for path in finished_run.glob("gen*/**/*rollouts.parquet"):
         assert not set(pd.read_parquet(path)["prompt"]) & test_prompts, path
     # the test split is made only after the loop's last selection (rule heldout), so nothing that
