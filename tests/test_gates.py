@@ -23,8 +23,10 @@ def test_constant_reward_is_vetoed(backtests):
 
 
 def test_lenient_contains_reward_is_vetoed_before_it_is_exploited(backtests):
-    # training has not found the hack yet (reward ~ accuracy), but the reward already pays wrong answers
-    assert vetoes(backtests, "lenient_contains") == {"reward_false_positives"}
+    # the reward already pays wrong answers on val, whether or not training has begun to exploit it (where it
+    # has, its responses also grew: length_gaming may join)
+    assert "reward_false_positives" in vetoes(backtests, "lenient_contains")
+    assert vetoes(backtests, "lenient_contains") <= {"reward_false_positives", "length_gaming"}
 
 
 def test_legitimate_change_and_control_pass_every_gate(backtests):

@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="evotrainer", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
     stage = sub.add_parser("stage", help="run one workflow stage (called by the Snakemake rules)")
-    stages = stage.add_subparsers(dest="stage", required=True)
+    stages = stage.add_subparsers(dest="_stage", required=True)
     for name, command in STAGES.items():
         command.add_to(stages, name)
     for name, command in COMMANDS.items():
@@ -116,7 +116,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
-    for key in ("command", "stage"):
+    for key in ("command", "_stage"):
         args.pop(key, None)
     entry: Callable = load_object(args.pop("_entry"))
     from evotrainer import runtime  # noqa: F401  (offline env vars before any HF import)
