@@ -5,7 +5,9 @@ The agent (evotrainer.agents.claude, the real anthropic SDK) runs one generation
 against the scripted endpoint of tests/llm_server.py on 127.0.0.1: a diagnosis with a file read,
 findings, two evidence queries, the lineage, then three submissions of which one is rejected and
 fixed (9 calls for 3 candidates). What is measured is what the agent sends: system prompt, tools,
-and the growing conversation with real tool outputs on real rollouts. The endpoint converts
+and the growing conversation with real tool outputs on real rollouts (a fresh tiny policy sampled on
+ArithmeticTask's probe split, verified by the task, scored in process by the default harness reward, then
+diagnosed by the real diagnose stage). The endpoint converts
 characters to tokens at 4 characters per token and reports the system prompt and tools as a cache
 write on the first call and a cache read after, like the Messages API with prompt caching. The
 model's own output here is scripted and short; a real model writes more (diagnosis text, adaptive
@@ -32,23 +34,23 @@ def generation_dir(root: Path) -> Path:
     """Real rollouts of a fresh tiny policy on the probe split, and their diagnosis."""
     import torch
 
-    from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+    from evotrainer.backends.local.scoring import InProcessReward, evidence_rows, sample_and_score
     from evotrainer.config import compose, to_yaml
     from evotrainer.contracts import evidence
     from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
     from evotrainer.policy.tiny import build_model, build_tokenizer
     from evotrainer.stages import diagnose
-    from evotrainer.tasks.arithmetic import Level, make_splits
+    from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
     torch.set_num_threads(2)
-    splits = make_splits([Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)],
-                         {"train": 100, "val": 20, "test": 20, "probe": 32}, "+-", seed=7)
+    task = ArithmeticTask(ops="+-", levels=[Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)])
+    splits = task.splits({"train": 100, "val": 20, "test": 20, "probe": 32}, seed=7)
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=0)
     recipe = load_recipe(DEFAULT_HARNESS)
     repeated, batch = sample_and_score(model, tokenizer, splits["probe"], group_size=recipe["group_size"], recipe=recipe,
-                                       reward_fn=load_module(DEFAULT_HARNESS, "reward").compute_score,
-                                       generator=torch.Generator().manual_seed(0))
+                                       reward=InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score),
+                                       task=task, generator=torch.Generator().manual_seed(0))
     frame = evidence_rows(repeated, batch, group_size=recipe["group_size"], run="bench", generation=0, split="probe",
                           step=0, policy_id="p", harness_id="h", seed=0)
     run = root / "bench"

@@ -83,12 +83,10 @@ def warm_start(
 ) -> pd.DataFrame:
     """Train ``model`` in place on ``train`` (``prompt`` messages plus a ``response`` column, else
     ``ground_truth`` is the response); returns the per-step log. ``evaluate()`` gives the val accuracy
-    (default: greedy accuracy on ``val`` with the local scorer)."""
-    if evaluate is None:
-        from evotrainer.backends.local.scoring import greedy_accuracy
-
+    (default: none, the log holds NaN; the init stage passes the task's greedy accuracy)."""
+    if evaluate is None:  # no judge given: no val evaluation (the caller passes the task's, see stages/init.py)
         def evaluate() -> float:
-            return greedy_accuracy(model, tokenizer, val, max_len)
+            return float("nan")
 
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
