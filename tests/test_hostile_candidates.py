@@ -40,11 +40,10 @@ pytestmark = pytest.mark.e2e
 
 CONFIG = ["experiment=quick", "search__generations=1", "search__steps_per_generation=6", "agent__max_candidates=0",
           "sandbox__reward_timeout_s=10"]
-# files the attacks aim at or that a trusted process imports: hashed before and after (not the whole tree:
-# other people edit the working tree while the suite runs)
-WATCHED = [PACKAGE / "tasks" / "arithmetic.py", PACKAGE / "contracts" / "harness.py", PACKAGE / "contracts" / "task.py",
-           PACKAGE / "backends" / "local" / "scoring.py", PACKAGE / "search" / "gates.py",
-           *sorted((PACKAGE / "default_harness").glob("*.*")), REPO / "README.md"]
+# files the attacks aim at, hashed before and after. Not the whole tree: people edit the working tree while
+# the suite runs; every attack that writes also writes the run's token, which no file of the package may hold.
+WATCHED = [PACKAGE / "tasks" / "arithmetic.py", PACKAGE / "contracts" / "harness.py",
+           *sorted((PACKAGE / "default_harness").glob("*.*"))]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -112,9 +111,11 @@ def file_hashes(paths) -> dict[str, str]:
 
 
 def token_files(token: str) -> list[str]:
-    """Files named after this run's token where an attack would have put them outside the workspace."""
+    """Where an attack would have left this run's token outside the workspace: a file named after it in
+    host /tmp or the package, or a package source file holding it."""
     found = [str(p) for p in Path("/tmp").glob(f"*{token}*")]
     found += [str(p) for p in PACKAGE.rglob(f"*{token}*")]
+    found += [str(p) for p in PACKAGE.rglob("*.py") if p.is_file() and token.encode() in p.read_bytes()]
     return found
 
 
@@ -177,8 +178,7 @@ def attacked(tmp_path_factory):
     targets = hostile.Targets(
         repo=REPO, package=PACKAGE, home=home, canary_dir=outside / "canary_dir", canary_py=outside / "canary.py",
         canary_file=outside / "canary.txt", run_dir=run_dir, other_run=other_run,
-        tcp_port=listener.tcp.getsockname()[1], udp_port=listener.udp.getsockname()[1], token=token,
-        secret=credentials["ANTHROPIC_API_KEY"])
+        tcp_port=listener.tcp.getsockname()[1], udp_port=listener.udp.getsockname()[1], token=token)
     planted = base / "planted"
     made = hostile.write_planted(planted, targets)
     before = {"outside": tree_snapshot(outside), "home": tree_snapshot(home), "other_run": tree_snapshot(other_run),
@@ -328,7 +328,7 @@ def test_nothing_outside_the_workspace_changed(finished):
     assert after["outside"] == before["outside"]  # canary folder, canary files (no pwned-*, spawned-*, yaml-*)
     assert after["home"] == before["home"]
     assert after["other_run"] == before["other_run"]
-    assert after["watched"] == before["watched"]  # the package's source, the default harness, the repo
+    assert after["watched"] == before["watched"]  # the task's verifier, the harness contract, the default harness
     assert after["token_files"] == before["token_files"] == []  # host /tmp, the package
     assert finished["received"] == []  # neither TCP nor UDP reached the host's listeners
     assert not (finished["workdir"].parent / "outside.py").exists() and not (finished["run"] / "outside.py").exists()

@@ -110,13 +110,20 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
 
 
 def supervise(job: TrainJob, hang_s: float) -> dict:
-    """Run the training child and watch it; returns its resource usage, raises TrainingFailed."""
+    """Run the training child (stage `train`) and watch it; returns its resource usage, raises TrainingFailed."""
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
+    job.to_json(out / "train_job.json")
+    return supervise_command([sys.executable, "-m", "evotrainer.cli", "stage", "train", "--job", str(out / "train_job.json")],
+                             out, hang_s)
+
+
+def supervise_command(cmd: list[str], out: Path, hang_s: float) -> dict:
+    """Run ``cmd`` in its own session, read its heartbeat (out/progress.json) and its result
+    (out/train_result.json); a signal death, a missing result or no heartbeat for ``hang_s`` raises
+    TrainingFailed with the candidate's label."""
     for stale in ("train_result.json", "progress.json"):
         (out / stale).unlink(missing_ok=True)
-    job.to_json(out / "train_job.json")
-    cmd = [sys.executable, "-m", "evotrainer.cli", "stage", "train", "--job", str(out / "train_job.json")]
     start = time.time()
     with open(out / "train.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
