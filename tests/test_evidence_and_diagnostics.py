@@ -36,7 +36,7 @@ def test_rollouts_round_trip_through_the_evidence_schema(probe_evidence, tmp_pat
     assert {"rc_correct", "rc_format_ok", "entropy", "difficulty"} <= set(back.columns)
     import pyarrow.parquet as pq
 
-    assert pq.read_schema(tmp_path / "r.parquet").metadata[b"evotrainer.evidence_schema"] == b"1.0"
+    assert pq.read_schema(tmp_path / "r.parquet").metadata[b"evotrainer.evidence_schema"] == b"2.0"
 
 
 def test_evidence_errors_name_the_problem(probe_evidence, tmp_path):
@@ -53,7 +53,7 @@ def test_streaming_validation_names_column_type_and_row(probe_evidence, tmp_path
     good = tmp_path / "good.parquet"
     evidence.write(probe_evidence, good)
     info = evidence.validate_file(good, batch_size=50)  # several batches
-    assert info == {"rows": 256, "groups": 32, "schema_version": "1.0"}
+    assert info == {"rows": 256, "groups": 32, "schema_version": "2.0"}
     probe_evidence.assign(reward=probe_evidence["reward"].astype(str)).to_parquet(tmp_path / "t.parquet")
     with pytest.raises(evidence.EvidenceError, match=r"column 'reward' has type (large_)?string, expected double"):
         evidence.validate_file(tmp_path / "t.parquet")
