@@ -495,15 +495,7 @@ def _specs() -> dict[str, Spec]:
 
 SPECS = _specs()
 
-GOT_THROUGH = {
-    "path_extra_symlink": (
-        "contracts/candidate.py touched_files reads only ---/+++ headers: a 'diff --git' section without them "
-        "creates a symlink beside the harness files; validation passes (only the four files are checked) and "
-        "the backtest's copy_tree follows the link, copying the target file into results/"),
-    "path_new_file_without_headers": (
-        "contracts/candidate.py touched_files reads only ---/+++ headers: a 'diff --git' section without them "
-        "creates any non-harness file in the candidate's harness; validation passes"),
-}
+GOT_THROUGH: dict[str, str] = {}  # name -> why it still gets through (none: the four that did are fixed)
 
 
 # Candidates that take the trusted propose stage itself down (a hang, a crash of the process that validates
@@ -522,15 +514,7 @@ PROPOSE_KILLERS: dict[str, tuple[Callable[[], str], frozenset[str], str]] = {
                                 frozenset({"parse_error", "schema_violation"}),
                                 "lr nested 5000 lists deep"),
 }
-PROPOSE_KILLERS_GOT_THROUGH = {
-    "parse_yaml_alias_bomb": (
-        "contracts/harness.py Field.check formats the bad value with {value!r}: the repr of the aliased list "
-        "(9^10 elements) runs in the trusted propose process, which hangs (minutes of CPU, then MemoryError); "
-        "in a workflow the propose job never finishes"),
-    "parse_yaml_deep_nesting": (
-        "contracts/harness.py load_recipe catches only yaml.YAMLError: yaml's RecursionError escapes "
-        "validate(), the propose stage exits 1 and snakemake fails the whole run"),
-}
+PROPOSE_KILLERS_GOT_THROUGH: dict[str, str] = {}
 
 
 def candidates(targets: Targets) -> dict[str, tuple[str, frozenset[str]]]:

@@ -72,6 +72,60 @@ def test_bad_diffs_fail_with_their_label(harness, make_diff, label):
     assert (harness / "recipe.yaml").read_text() == (DEFAULT_HARNESS / "recipe.yaml").read_text()  # untouched
 
 
+
+def _git_section(harness, section: str) -> str:
+    """A valid recipe.yaml hunk, then a ``diff --git`` section without ---/+++ headers (git applies both)."""
+    return recipe_diff(harness, "dynamic_sampling: false", "dynamic_sampling: true") + section
+
+
+@pytest.mark.parametrize("section", [
+    "diff --git a/notes b/notes\nnew file mode 120000\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n",
+    "diff --git a/sitecustomize.py b/sitecustomize.py\nnew file mode 100644\n@@ -0,0 +1 @@\n+import os\n",
+    "diff --git a/reward.py b/moved.py\nsimilarity index 100%\nrename from reward.py\nrename to moved.py\n",
+    "diff --git a/reward.py b/reward.py\nold mode 100644\nnew mode 100755\n",
+    "diff --git a/reward.py b/reward.py\ndeleted file mode 100644\n",
+], ids=["new-symlink", "new-file", "rename", "mode-change", "delete"])
+def test_git_sections_that_add_rename_or_retype_files_are_forbidden(harness, section):
+    result = validate(harness, _git_section(harness, section))
+    assert (result["ok"], result["failure_label"]) == (False, "forbidden_path"), result["error"]
+
+
+def test_a_git_section_naming_a_file_outside_the_harness_is_forbidden(harness):
+    section = "diff --git a/setup.py b/setup.py\n@@ -1 +1 @@\n-x\n+y\n"
+    assert validate(harness, _git_section(harness, section))["failure_label"] == "forbidden_path"
+
+
+def test_whatever_git_applied_a_harness_with_a_link_or_an_extra_file_is_refused(harness, tmp_path):
+    from evotrainer.contracts.candidate import _check_same_files
+
+    for name, make in {"notes": lambda p: p.symlink_to("/etc/passwd"), "extra.py": lambda p: p.write_text("x")}.items():
+        applied = tmp_path / name / "harness"
+        apply_diff(harness, "", applied)
+        _check_same_files(harness, applied)  # a plain copy passes
+        make(applied / name)
+        with pytest.raises(CandidateError, match=name) as err:
+            _check_same_files(harness, applied)
+        assert err.value.label == "forbidden_path"
+
+
+@pytest.mark.parametrize(("value", "label"), [
+    ("[" + ", ".join(["&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]"
+                                                             for i in range(1, 10)]) + "]", "parse_error"),
+    ("[" * 5000 + "]" * 5000, "parse_error"),
+    ("9" * 4000, "schema_violation"),
+    ("[" + ", ".join(["[1, 2, 3, 4, 5, 6]"] * 400) + "]", "schema_violation"),
+], ids=["alias-bomb", "deep-nesting", "huge-int", "wide-list"])
+def test_hostile_recipe_values_fail_fast_with_a_short_message(harness, value, label):
+    import time
+
+    (harness / "recipe.yaml").write_text((harness / "recipe.yaml").read_text().replace("lr: 2.0e-4", f"lr: {value}"))
+    started = time.monotonic()
+    with pytest.raises(HarnessError) as err:
+        load_recipe(harness)
+    assert err.value.label == label
+    assert len(str(err.value)) < 1000 and time.monotonic() - started < 10
+
+
 def test_a_hanging_import_is_a_sandbox_timeout(harness, tmp_path):
     diff = unified_diff("curriculum.py", (harness / "curriculum.py").read_text(),
                         "while True:\n    pass\n" + (harness / "curriculum.py").read_text())

@@ -129,8 +129,9 @@ def _holds_strings(kind: pa.DataType) -> bool:
 
 
 def copy_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Atomic copy; links are copied as links, never followed (a link must not pull a file into results/)."""
     with atomic_dir(dst) as tmp:
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        shutil.copytree(src, tmp, dirs_exist_ok=True, symlinks=True)
 
 
 def _json_default(obj: Any) -> Any:

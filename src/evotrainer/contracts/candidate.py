@@ -24,6 +24,10 @@ CONTROL = "control"
 MAX_DIFF_BYTES = 64_000
 REQUIRED_FUNCTIONS = {"reward.py": "compute_score", "curriculum.py": "prompt_weights", "diagnostics.py": "diagnose"}
 _FILE_HEADER = re.compile(r"^(---|\+\+\+) (\S+)")
+_GIT_HEADER = re.compile(r"^diff --git (\S+) (\S+)$")
+# git extended headers that create, delete, rename, copy or re-type a file (a symlink is mode 120000)
+_GIT_FILE_OPS = ("new file mode", "deleted file mode", "old mode", "new mode", "rename from", "rename to",
+                 "copy from", "copy to", "similarity index", "dissimilarity index")
 
 
 class CandidateError(ValueError):
@@ -52,15 +56,24 @@ def touched_files(diff_text: str) -> list[str]:
         raise CandidateError(f"diff is larger than {MAX_DIFF_BYTES} bytes", "invalid_diff")
     names = []
     for line in diff_text.splitlines():
-        match = _FILE_HEADER.match(line)
-        if not match:
-            continue
-        name = match.group(2)
-        if name == "/dev/null":
-            raise CandidateError("diff creates or deletes a file; only edits of existing harness files are allowed", "forbidden_path")
-        if name.startswith(("a/", "b/")):
-            name = name[2:]
-        names.append(name)
+        if line.startswith(_GIT_FILE_OPS):
+            raise CandidateError(f"diff has the git header '{line[:80]}': only edits of the existing harness files "
+                                 "are allowed (no new, deleted, renamed, copied or re-typed files)", "forbidden_path")
+        if line.startswith("diff --git "):
+            git = _GIT_HEADER.match(line)
+            if not git:
+                raise CandidateError(f"cannot read the file names of '{line[:120]}'", "invalid_diff")
+            found = [git.group(1), git.group(2)]
+        else:
+            match = _FILE_HEADER.match(line)
+            if not match:
+                continue
+            found = [match.group(2)]
+        for name in found:
+            if name == "/dev/null":
+                raise CandidateError("diff creates or deletes a file; only edits of existing harness files are allowed",
+                                     "forbidden_path")
+            names.append(name[2:] if name.startswith(("a/", "b/")) else name)
     if not names:
         raise CandidateError("not a unified diff: no '--- a/<file>' / '+++ b/<file>' headers", "invalid_diff")
     for name in names:
@@ -88,7 +101,19 @@ def apply_diff(harness_dir: str | Path, diff_text: str, dest: str | Path) -> Pat
         if result.returncode != 0:
             message = (result.stderr or result.stdout).strip().splitlines()
             raise CandidateError(f"diff does not apply: {' / '.join(message[-3:])}", "invalid_diff")
+        _check_same_files(Path(harness_dir), dest)
     return dest
+
+
+def _check_same_files(parent: Path, applied: Path) -> None:
+    """After ``git apply``: the same entries as the parent harness, none of them a link (whatever the
+    diff's headers said, git applied it; this checks what is on disk)."""
+    before = {entry.name for entry in parent.iterdir()}
+    for entry in applied.iterdir():
+        if entry.is_symlink() or entry.name not in before:
+            what = "a symbolic link" if entry.is_symlink() else "a new file"
+            raise CandidateError(f"the applied diff leaves {what} '{entry.name}' in the harness; "
+                                 f"only edits of {list(HARNESS_FILES)} are allowed", "forbidden_path")
 
 
 _IMPORT_PROBE = """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,16 @@ class HarnessError(ValueError):
         self.label = label
 
 
+_SHORT = reprlib.Repr()  # Python 3.11: no keyword arguments yet
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxtuple = 2, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 60, 60, 40
+
+
+def shown(value: Any) -> str:
+    """A bounded repr for error messages: a hostile value (a YAML alias bomb) must not be walked whole."""
+    return _SHORT.repr(value)
+
+
 @dataclass(frozen=True)
 class Field:
     kind: type
@@ -40,20 +51,22 @@ class Field:
     def check(self, key: str, value: Any, where: str) -> Any:
         if self.kind is bool:
             if not isinstance(value, bool):
-                raise HarnessError(f"{where}: '{key}' must be true or false, got {value!r}")
+                raise HarnessError(f"{where}: '{key}' must be true or false, got {shown(value)}")
             return value
         if self.choices is not None:
             if value not in self.choices:
-                raise HarnessError(f"{where}: '{key}' = {value!r} is not allowed; choose one of {list(self.choices)}")
+                raise HarnessError(f"{where}: '{key}' = {shown(value)} is not allowed; choose one of {list(self.choices)}")
             return value
         if isinstance(value, str) and self.kind in (int, float):
             value = _number_or_none(value) if _number_or_none(value) is not None else value  # YAML 1.1 reads 1e-4 as a string
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise HarnessError(f"{where}: '{key}' must be a number ({self.kind.__name__}), got {value!r}")
+            raise HarnessError(f"{where}: '{key}' must be a number ({self.kind.__name__}), got {shown(value)}")
+        if isinstance(value, int) and abs(value) > 2**53:  # float(value) would overflow or round
+            raise HarnessError(f"{where}: '{key}' = {shown(value)} is outside its range [{self.low}, {self.high}]")
         if not math.isfinite(value):  # YAML .nan / .inf / -.inf, or the strings "nan" / "inf"
-            raise HarnessError(f"{where}: '{key}' must be a finite number, got {value!r}")
+            raise HarnessError(f"{where}: '{key}' must be a finite number, got {shown(value)}")
         if self.kind is int and not float(value).is_integer():
-            raise HarnessError(f"{where}: '{key}' must be an integer, got {value!r}")
+            raise HarnessError(f"{where}: '{key}' must be an integer, got {shown(value)}")
         value = self.kind(value)
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             raise HarnessError(f"{where}: '{key}' = {value} is outside its range [{self.low}, {self.high}]")
@@ -93,7 +106,7 @@ RECIPE_SCHEMA: dict[str, Field] = {
 def check_recipe(recipe: Any, where: str = "recipe.yaml") -> dict[str, Any]:
     if not isinstance(recipe, dict):
         raise HarnessError(f"{where}: must be a mapping of knob: value, got {type(recipe).__name__}")
-    unknown = sorted(set(recipe) - set(RECIPE_SCHEMA))
+    unknown = sorted(map(str, set(recipe) - set(RECIPE_SCHEMA)))
     if unknown:
         raise HarnessError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(RECIPE_SCHEMA)}")
     missing = sorted(set(RECIPE_SCHEMA) - set(recipe))
@@ -102,12 +115,29 @@ def check_recipe(recipe: Any, where: str = "recipe.yaml") -> dict[str, Any]:
     return {key: RECIPE_SCHEMA[key].check(key, value, where) for key, value in recipe.items()}
 
 
+MAX_RECIPE_BYTES = 16_000
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """safe_load without anchors and aliases: a recipe is flat key: value, and an alias bomb (a billion
+    shared references) would make every later walk of the value explode."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in a recipe",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def load_recipe(harness_dir: str | Path) -> dict[str, Any]:
     path = Path(harness_dir) / "recipe.yaml"
+    if path.stat().st_size > MAX_RECIPE_BYTES:
+        raise HarnessError(f"{path}: larger than {MAX_RECIPE_BYTES} bytes", label="parse_error")
     try:
-        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise HarnessError(f"{path}: not valid YAML ({err})", label="parse_error") from err
+        recipe = yaml.load(path.read_text(encoding="utf-8"), Loader=_PlainLoader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, RecursionError, UnicodeDecodeError, ValueError) as err:
+        raise HarnessError(f"{path}: not valid YAML ({str(err)[:300]})", label="parse_error") from err
     return check_recipe(recipe, where=str(path))
 
 
