@@ -51,6 +51,7 @@ def generation(tmp: Path, run: str, g: int, results: dict[str, tuple[str, float,
                      "delta_vs_control": gain, "verdict": verdict, "failure_label": None})
     intervals = {f"c{i}": iv for i, (_, _, iv) in enumerate(results.values(), 1) if iv}
     selection = {"run": run, "generation": g, "control_val_accuracy": 0.5, "intervals": intervals,
+                 "selection": "bootstrap" if intervals else "greedy",
                  "candidates": [*rows, {"candidate_id": "control", "intervention": "control", "val_accuracy": 0.5,
                                         "delta_vs_control": 0.0, "verdict": "rejected", "failure_label": None}]}
     return run_dir, selection, {"findings": findings(severities)}

@@ -220,9 +220,21 @@ def test_report_has_every_section(finished_run):
     page = (finished_run / "report.html").read_text()
     for section in SECTIONS:
         assert f'id="{section}"' in page
-    assert page.count("data:image/png;base64,") == 5
-    for name in ("val_per_generation", "training_curves", "lineage_tree", "findings_heatmap", "test_accuracy"):
+    assert page.count("data:image/png;base64,") == 6
+    for name in ("val_per_generation", "training_curves", "lineage_tree", "findings_heatmap", "test_accuracy",
+                 "compute_per_arm"):
         assert (finished_run / "report" / f"{name}.png").stat().st_size > 5_000
+    # compute beside accuracy: the report's table agrees with summary.json's sums over the lineage
+    from evotrainer.report.html import RunData, compute_per_arm
+
+    summary = json.loads((finished_run / "summary.json").read_text())
+    table = compute_per_arm(RunData(finished_run)).set_index("arm")
+    for arm in ("promoted_path", "whole_search", "baseline"):
+        row = table.loc[arm.replace("_", " ")]
+        assert row["sampled responses"] == summary["compute"][arm]["sampled_responses"] > 0
+        assert f">{row['sampled responses']}<" in page
+    assert table.loc["whole search", "sampled responses"] > table.loc["promoted path", "sampled responses"]
+    assert table.loc["promoted path", "test accuracy"] == summary["evolved_test_accuracy"]
 
 
 def test_cli_commands_on_a_finished_run(finished_run):
@@ -250,6 +262,11 @@ def test_headline_target_compares_seeds(finished_run, planted):
     headline = json.loads((workdir / "results" / "default-headline" / "headline.json").read_text())
     assert headline["seeds"] == 2 and len(headline["per_seed"]) == 2
     assert {"difference_mean", "difference_iqm", "ci_low", "ci_high", "goal_met"} <= set(headline)
+    # independent seeds: each learnt from its own skill library; compute per arm beside the accuracies
+    libraries = [seed["skill_library"] for seed in headline["per_seed"]]
+    assert headline["shared_skill_library"] is False and len(set(libraries)) == 2
+    assert all(lib.endswith(f"{seed['run']}/skill_library") for lib, seed in zip(libraries, headline["per_seed"], strict=True))
+    assert headline["compute_mean"]["whole_search"]["sampled_responses"] > headline["compute_mean"]["baseline"]["sampled_responses"] > 0
     assert (workdir / "results" / "default-headline" / "headline.png").stat().st_size > 5_000
 
 

@@ -33,8 +33,12 @@ R = f"{RESULTS}/{{run}}"  # prefix of every per-run path pattern
 
 # The headline experiment: the same config under seeds 0..S-1, as runs <run>-seed<s>.
 HEADLINE_RUNS = {f"{RUN}-seed{s}": s for s in range(CFG.search.headline_seeds)}
+# Each seed learns from its own skill library (independent seeds); one shared library only when
+# skills.library_dir is set explicitly, which headline.json then records as shared.
 RUN_CONFIGS = {RUN: CFG} | {
-    name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed})) for name, seed in HEADLINE_RUNS.items()
+    name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed, "skills": {
+        "library_dir": CFG.skills.library_dir or f"{RESULTS}/{name}/skill_library"}}))
+    for name, seed in HEADLINE_RUNS.items()
 }
 
 

@@ -1,5 +1,5 @@
 # The run's HTML report (self-contained), and its figures registered for `snakemake --report`.
-FIGURES = ["val_per_generation", "training_curves", "lineage_tree", "findings_heatmap", "test_accuracy"]
+FIGURES = ["val_per_generation", "training_curves", "lineage_tree", "findings_heatmap", "test_accuracy", "compute_per_arm"]
 
 
 rule report:

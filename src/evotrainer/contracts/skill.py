@@ -173,7 +173,8 @@ def outcomes_of_generation(selection: dict, diagnosis: dict, candidates_dir: str
         cid = cand["candidate_id"]
         if cid == "control":
             continue
-        interval = (selection.get("intervals") or {}).get(cid)
+        # intervals are recorded under every selection rule; only a bootstrap selection judged by them
+        interval = (selection.get("intervals") or {}).get(cid) if selection.get("selection") == "bootstrap" else None
         verdict = classify(cand, interval, fail_margin)
         if verdict is None:
             continue

@@ -40,6 +40,20 @@ def analyse(evolved: np.ndarray, baseline: np.ndarray, confidence: float = 0.95)
     return out
 
 
+def _skill_library(summary: Path) -> str | None:
+    """The skill library the run learnt from (its config.yaml beside summary.json), None without skills."""
+    import yaml
+
+    config = summary.parent / "config.yaml"
+    if not config.exists():
+        return None
+    cfg = yaml.safe_load(config.read_text()) or {}
+    skills = cfg.get("skills") or {}
+    if not skills.get("enabled", True):
+        return None
+    return str(Path(skills.get("library_dir") or f"{cfg.get('results_dir', 'results')}/skill_library").resolve())
+
+
 def run(summaries: list[str], out_json: str, out_png: str) -> None:
     rows = [json.loads(Path(p).read_text()) for p in summaries]
     missing = [r["run"] for r in rows if r.get("baseline_test_accuracy") is None]
@@ -47,9 +61,17 @@ def run(summaries: list[str], out_json: str, out_png: str) -> None:
         raise ValueError(f"runs {missing} have no baseline arm; the headline needs search.baseline=true")
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     baseline = np.array([r["baseline_test_accuracy"] for r in rows])
+    libraries = [_skill_library(Path(p)) for p in summaries]
     result = analyse(evolved, baseline) | {
         "per_seed": [{"run": r["run"], "evolved": r["evolved_test_accuracy"], "baseline": r["baseline_test_accuracy"],
-                      "promoted": [g["intervention"] for g in r["generations"]]} for r in rows],
+                      "promoted": [g["intervention"] for g in r["generations"]], "skill_library": library,
+                      "compute": r.get("compute")} for r, library in zip(rows, libraries, strict=True)],
+        # seeds are independent only if no two learnt from the same skill library
+        "shared_skill_library": len({lib for lib in libraries if lib}) < len([lib for lib in libraries if lib]),
+        "compute_mean": {arm: {key: float(np.mean([r["compute"][arm][key] for r in rows]))
+                               for key in ("optimizer_steps", "sampled_responses", "generated_tokens")}
+                         for arm in ("promoted_path", "whole_search", "baseline")
+                         if all(arm in (r.get("compute") or {}) for r in rows)},
     }
     write_json(out_json, result)
     fig, ax = plt.subplots(figsize=(5, 4))
@@ -61,7 +83,8 @@ def run(summaries: list[str], out_json: str, out_png: str) -> None:
     ax.set_xlim(-0.5, 1.5)
     ax.set_ylabel("test accuracy")
     ci = "" if result["ci_low"] is None else f", 95% CI [{result['ci_low']:+.3f}, {result['ci_high']:+.3f}]"
-    ax.set_title(f"{len(rows)} seeds: diff mean {result['difference_mean']:+.3f}, IQM {result['difference_iqm']:+.3f}{ci}",
+    shared = " (seeds share one skill library)" if result["shared_skill_library"] else ""
+    ax.set_title(f"{len(rows)} seeds{shared}: diff mean {result['difference_mean']:+.3f}, IQM {result['difference_iqm']:+.3f}{ci}",
                  fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")

@@ -1,7 +1,7 @@
 """The run report: one self-contained HTML file (PNG plots embedded) plus the PNGs themselves,
 which the Snakemake `report` rule also registers for `snakemake --report`.
 
-Sections (HTML ids): val-per-generation, training-curves, lineage, findings, test, agent-cost.
+Sections (HTML ids): val-per-generation, training-curves, lineage, findings, test, compute, agent-cost.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from evotrainer.agents import calls as agent_calls  # noqa: E402
 from evotrainer.atomic import atomic_path, write_text  # noqa: E402
 from evotrainer.contracts import lineage as lineage_contract  # noqa: E402
 
-SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "agent-cost")
+SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "compute", "agent-cost")
 VERDICT_COLOURS = {"promoted": "#2e7d32", "kept": "#1565c0", "rejected": "#9e9e9e", "failed": "#c62828",
                    "vetoed": "#6a1b9a", "registered": "#ef6c00"}
 SEVERITY_LEVEL = {"ok": 0, "warn": 1, "critical": 2}
@@ -206,6 +206,53 @@ def plot_test(data: RunData, diff: dict | None) -> bytes:
     return _png(fig)
 
 
+COMPUTE_COLUMNS = {"optimizer_steps": "optimizer steps", "sampled_responses": "sampled responses",
+                   "generated_tokens": "generated tokens", "trained_tokens": "trained tokens",
+                   "train_wall_s": "train wall s", "train_cpu_s": "train CPU s"}
+
+
+def compute_per_arm(data: RunData) -> pd.DataFrame:
+    """What each arm cost (from the lineage's per-backtest records and the baseline's metrics), beside the
+    accuracy it bought: the promoted path (backtests whose policies were carried on), the whole search
+    (every backtest: candidates, controls, extra seeds) and the baseline."""
+    from evotrainer.stages.summary import arm_compute
+
+    arms = arm_compute(data.lineage, data.baseline) if len(data.lineage) else {}
+    accuracy = {"promoted_path": (data.evolved_test or {}).get("test_accuracy"), "whole_search": None,
+                "baseline": (data.baseline_test or {}).get("test_accuracy")}
+    rows = [{"arm": arm.replace("_", " "), "test accuracy": accuracy.get(arm),
+             **{label: cost.get(key) for key, label in COMPUTE_COLUMNS.items()}} for arm, cost in arms.items()]
+    return pd.DataFrame(rows)
+
+
+def plot_compute(table: pd.DataFrame) -> bytes:
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    if len(table):
+        colours = ["#2e7d32", "#9e9e9e", "#ef6c00"][: len(table)]
+        ax.barh(table["arm"], table["sampled responses"], color=colours, alpha=0.85)
+        for i, row in enumerate(table.itertuples(index=False)):
+            acc = row[1]
+            label = f"{int(row[3]):,} responses" + (f" · test {acc:.3f}" if acc is not None and acc == acc else "")
+            ax.text(row[3], i, " " + label, va="center", fontsize=8)
+        ax.set_xlim(0, table["sampled responses"].max() * 1.6 or 1)
+    ax.set_xlabel("sampled responses (training)")
+    ax.set_title("compute per arm, with the test accuracy it bought", fontsize=9)
+    return _png(fig)
+
+
+def _gain_interval(selection: dict) -> str:
+    interval = (selection.get("intervals") or {}).get(selection["promoted"]) or selection.get("promoted_gain_interval")
+    if not interval:
+        return ""
+    return f"[{interval['ci_low']:+.3f}, {interval['ci_high']:+.3f}]"
+
+
+def _noise(selection: dict) -> float | None:
+    """The median half-width of the candidates' paired-bootstrap gain intervals: the val noise of this generation."""
+    widths = [(i["ci_high"] - i["ci_low"]) / 2 for i in (selection.get("intervals") or {}).values()]
+    return float(np.median(widths)) if widths else None
+
+
 def _table(frame: pd.DataFrame) -> str:
     return frame.to_html(index=False, escape=True, border=0, classes="t", na_rep="", float_format=lambda v: f"{v:.3f}")
 
@@ -232,6 +279,8 @@ def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | N
         "findings_heatmap": plot_findings_heatmap(data),
         "test_accuracy": plot_test(data, diff),
     }
+    compute = compute_per_arm(data)
+    figures["compute_per_arm"] = plot_compute(compute)
     if figures_dir:
         for name, png in figures.items():
             with atomic_path(Path(figures_dir) / f"{name}.png") as tmp:
@@ -246,8 +295,10 @@ def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | N
                       + _table(agent_calls.summary_table(agent)))
     else:
         agent_html = "<p>The agent made no API calls in this run (the offline <code>heuristic</code> agent): no agent cost.</p>"
-    gens = pd.DataFrame([{k: s[k] for k in ("generation", "promoted", "intervention", "control_val_accuracy",
-                                              "promoted_val_accuracy", "gain_vs_control", "reason")} for s in data.selections])
+    gens = pd.DataFrame([{**{k: s[k] for k in ("generation", "promoted", "intervention", "control_val_accuracy",
+                                                 "promoted_val_accuracy", "gain_vs_control")},
+                          "gain 95% interval": _gain_interval(s), "val noise (±)": _noise(s), "reason": s["reason"]}
+                         for s in data.selections])
     test_rows = [{"arm": "evolved", **(data.evolved_test or {})}, {"arm": "baseline", **(data.baseline_test or {})}]
     test_table = pd.DataFrame([{k: r.get(k) for k in ("arm", "test_accuracy", "test_stderr", "test_prompts")} for r in test_rows])
     run_name = html.escape(data.dir.name)
@@ -268,6 +319,13 @@ Candidates backtested: {len(data.lineage)}.</p>
 <h2 id="test">Final test score: evolved vs baseline</h2>{_img(figures['test_accuracy'], 'test accuracy')}
 {_table(test_table)}
 <p class="note">{_test_note(diff)}</p>
+<h2 id="compute">Compute per arm</h2>{_img(figures['compute_per_arm'], 'compute per arm')}
+{_table(compute) if len(compute) else '<p>no compute records</p>'}
+<p class="note">Training compute summed from every backtest's <code>compute</code> record (lineage) and the baseline's
+metrics; evaluation (val/test scoring) is not included. The promoted path is what the evolved policy was trained
+with; the whole search adds every candidate, control and extra seed that was backtested. Compare arms at equal
+compute before reading a gain: "val noise (±)" above is the median half-width of the generation's paired-bootstrap
+gain intervals over (seed, val prompt).</p>
 <h2 id="agent-cost">Agent cost</h2>{agent_html}
 </body></html>
 """

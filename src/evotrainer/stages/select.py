@@ -43,11 +43,10 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                     gate_results[cid] += task_gate(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL)
     vetoes = {cid: [g for g in results if g["vetoed"]] for cid, results in gate_results.items()}
     valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL and not vetoes.get(cid)}
-    intervals: dict[str, dict] = {}
+    # the noise of every valid candidate's gain, whatever the selection rule: the report shows it beside the gain
+    intervals = {cid: paired_gain_interval(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL,
+                                           cfg.search.seeds, cfg.search.confidence) for cid in valid}
     if cfg.search.selection == "bootstrap":
-        for cid in valid:
-            intervals[cid] = paired_gain_interval(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL,
-                                                  cfg.search.seeds, cfg.search.confidence)
         eligible = {c: m for c, m in valid.items() if intervals[c]["ci_low"] > cfg.search.min_gain}
     else:
         eligible = {c: m for c, m in valid.items() if m["val_accuracy"] - control_acc > cfg.search.min_gain}
@@ -104,10 +103,13 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
              "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8")}
             for cid in cids if metrics[cid]["status"] == "registered"],
         "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain}"
-                   + (f"; {cfg.search.confidence:.0%} interval low {intervals[promoted]['ci_low']:+.3f}" if intervals else "")
+                   + f"; {cfg.search.confidence:.0%} interval [{intervals[promoted]['ci_low']:+.3f}, "
+                   f"{intervals[promoted]['ci_high']:+.3f}]"
+                   + ("" if cfg.search.selection == "bootstrap" else ", not required by greedy selection")
                    + ")" if promoted != CONTROL
                    else "no candidate beat control by more than min_gain"
-                   + (" with its interval" if intervals else "") + "; control's policy continues"),
+                   + (" with its interval" if cfg.search.selection == "bootstrap" else "") + "; control's policy continues"),
+        "promoted_gain_interval": intervals.get(promoted),
         "candidates": [{k: r[k] for k in ("candidate_id", "intervention", "val_accuracy", "delta_vs_control",
                                           "verdict", "failure_label")} for r in rows],
     })
