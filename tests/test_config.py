@@ -55,3 +55,17 @@ def test_status_decodes_snakemakes_incomplete_markers(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert running_outputs(Path("results/r")) == sorted(outputs[:2])
     assert running_outputs(Path("results/none")) == []
+
+
+def test_a_compute_budget_needs_an_amount_and_scales_with_the_arm():
+    from evotrainer.stages.backtest import compute_budget
+
+    with pytest.raises(ConfigError, match="needs 'search.budget' > 0"):
+        compose(["search.budget_unit=responses"])
+    with pytest.raises(ConfigError, match="local trainer only"):
+        compose(["search.budget_unit=tokens", "search.budget=1000", "trainer=verl"])
+    cfg = compose(["search.budget_unit=responses", "search.budget=6144", "search.steps_per_generation=12",
+                   "search.generations=3"])
+    assert compute_budget(cfg, 12) == {"budget_unit": "responses", "budget": 6144}  # a backtest
+    assert compute_budget(cfg, 36) == {"budget_unit": "responses", "budget": 3 * 6144}  # the baseline
+    assert compute_budget(compose([]), 200) == {"budget_unit": "steps", "budget": 0}

@@ -97,6 +97,36 @@ def test_every_step_samples_exactly_the_configured_batch(tiny_policy, splits, ta
     assert (log["samples_generated"] == 32 * 8).all() and (log["sampled_groups"] == 32).all()
 
 
+def test_a_responses_budget_is_spent_exactly_and_dynamic_sampling_pays_from_it(tiny_policy, splits, task):
+    from evotrainer.contracts.harness import load_module
+
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
+    budget = 8 * 8 * 3 + 16  # three full steps of 8 prompts x 8 samples, then 2 groups that still fit
+    logs = {}
+    for name, recipe in {"plain": _recipe(prompts_per_step=8),
+                         "dynamic": _recipe(prompts_per_step=8, dynamic_sampling=True, dynamic_sampling_max_batches=4)}.items():
+        model, tok = load_policy(tiny_policy)
+        logs[name] = train(model, tok, recipe, splits["train"], reward, task=task, steps=1, seed=0, show_progress=False,
+                           budget_unit="responses", budget=budget)
+        assert logs[name]["samples_generated"].sum() == budget  # never more, never less
+    assert logs["plain"]["samples_generated"].tolist() == [64, 64, 64, 16]
+    # refilling dead groups spends from the same budget: no more samples, fewer optimizer steps
+    assert len(logs["dynamic"]) < len(logs["plain"])
+
+
+def test_a_tokens_budget_stops_within_one_round(tiny_policy, splits, task):
+    from evotrainer.contracts.harness import load_module
+
+    reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
+    model, tok = load_policy(tiny_policy)
+    log = train(model, tok, _recipe(prompts_per_step=4), splits["train"], reward, task=task, steps=1, seed=0,
+                show_progress=False, budget_unit="tokens", budget=300)
+    tokens = log["generated_tokens"].cumsum()
+    assert tokens.iloc[-1] >= 300 and (len(log) == 1 or tokens.iloc[-2] < 300)
+    with pytest.raises(ValueError, match="budget must be > 0"):
+        train(model, tok, _recipe(), splits["train"], reward, task=task, steps=1, seed=0, budget_unit="tokens", budget=0)
+
+
 def test_overlong_penalty_is_linear_over_the_buffer():
     from evotrainer.backends.local.scoring import overlong_penalty
 

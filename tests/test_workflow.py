@@ -20,8 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 
-# noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval
-QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2"]
+# noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval; a compute
+# budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples)
+BUDGET = 12 * 32 * 8
+QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
+         "search__budget_unit=responses", f"search__budget={BUDGET}"]
 
 
 def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
@@ -131,6 +134,19 @@ def test_every_artifact_exists_and_reads_with_pandas(finished_run):
             if metrics["status"] == "ok":
                 assert len(metrics["val_accuracy_per_seed"]) == 2
                 assert (metrics_path.parent / "seed1" / "val_rollouts.parquet").exists()
+
+
+def test_every_arm_spends_exactly_its_compute_budget(finished_run):
+    spent = []
+    for metrics_path in sorted(finished_run.glob("gen*/backtest/*/metrics.json")):
+        metrics = json.loads(metrics_path.read_text())
+        if metrics["status"] == "ok":
+            compute = metrics["compute"]
+            assert compute["sampled_responses"] == 2 * BUDGET, metrics_path  # 2 seeds, each its budget exactly
+            spent.append(compute["optimizer_steps"])
+    assert spent and all(steps <= 2 * 12 for steps in spent)  # dynamic sampling would buy fewer steps, never more
+    baseline = json.loads((finished_run / "baseline" / "metrics.json").read_text())["compute"]
+    assert baseline["sampled_responses"] == 2 * BUDGET and baseline["optimizer_steps"] == 2 * 12  # generations x budget
 
 
 def test_noise_aware_selection_promotes_only_with_an_interval_above_min_gain(finished_run):

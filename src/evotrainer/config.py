@@ -223,6 +223,11 @@ class SearchConf:
     mode: str = one_of("single", "single")
     generations: int = between(3, 1, 1000)
     steps_per_generation: int = between(200, 1, 1000000)
+    # the training budget of every backtest: `steps` (steps_per_generation optimizer steps, as before), or a
+    # compute budget of `budget` sampled responses / generated tokens per backtest that every knob spends from
+    # (dynamic sampling, a larger group) instead of receiving extra; the baseline gets generations x budget
+    budget_unit: str = one_of("steps", "steps", "responses", "tokens")
+    budget: int = between(0, 0, 10**15)
     min_gain: float = 0.0
     baseline: bool = True
     baseline_restarts: bool = True
@@ -321,6 +326,12 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: bad key '{key}': {err.msg if hasattr(err, 'msg') else err}") from err
     _check_fields(Config, merged, "")
     check_task(merged.task)  # task.name against the installed tasks, and each task's own keys
+    if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
+        raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
+                          f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
+    if merged.search.budget_unit != "steps" and merged.trainer.name != "local":
+        raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} is implemented by the local trainer "
+                          f"only; trainer.name={merged.trainer.name} trains for search.steps_per_generation steps")
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
     if merged.agent.name in ("claude", "openai") and not merged.agent.model:

@@ -42,6 +42,8 @@ class TrainJob:
     threads: int = 1
     restarts: int = 1
     seed_index: int = 0
+    budget_unit: str = "steps"  # or "responses" / "tokens": train until ``budget`` of them are sampled
+    budget: int = 0
 
     def to_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

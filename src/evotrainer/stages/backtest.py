@@ -87,7 +87,8 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             seed_out = out if seed_index == 0 else out / f"seed{seed_index}"
             job = TrainJob(config=str(config_path), parent_policy=str(parent_policy), harness=str(out / "harness"),
                            data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
-                           steps=steps, threads=threads, restarts=restarts, seed_index=seed_index)
+                           steps=steps, threads=threads, restarts=restarts, seed_index=seed_index,
+                           **compute_budget(cfg, steps))
             usage = supervise(job, hang_s=cfg.search.train_hang_s)
             per_seed.append(evaluate_backtest(cfg, job, split_name, usage))
     except TrainingFailed as err:
@@ -107,6 +108,15 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     }
     write_json(out / "metrics.json", base | {"status": "ok", "failure_label": None, "error": None} | metrics)
     return None
+
+
+def compute_budget(cfg, steps: int) -> dict:
+    """A job's budget in the configured unit: ``search.budget`` per generation's worth of steps (a backtest
+    gets one, the baseline ``generations`` of them)."""
+    if cfg.search.budget_unit == "steps":
+        return {"budget_unit": "steps", "budget": 0}
+    return {"budget_unit": cfg.search.budget_unit,
+            "budget": cfg.search.budget * max(1, steps // cfg.search.steps_per_generation)}
 
 
 def supervise(job: TrainJob, hang_s: float) -> dict:

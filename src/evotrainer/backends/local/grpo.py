@@ -105,6 +105,8 @@ def train(
     precision: str = "fp32",
     micro_batch_size: int | None = None,
     reference: str = "auto",
+    budget_unit: str = "steps",
+    budget: int = 0,
 ) -> pd.DataFrame:
     """Train ``model`` in place for ``steps`` GRPO steps; returns the per-step train log.
 
@@ -112,7 +114,16 @@ def train(
 
     ``precision`` ("fp32" | "bf16" | "auto", see runtime.autocast) applies to forward passes only.
     ``micro_batch_size``: rows per forward/backward pass (None: as LOGIT_BUDGET allows); ``reference``:
-    when to keep a frozen parent copy (see _reference_model; always when kl_coef > 0)."""
+    when to keep a frozen parent copy (see _reference_model; always when kl_coef > 0).
+
+    ``budget_unit`` "responses" / "tokens": train until ``budget`` sampled responses / generated tokens are
+    spent instead of for ``steps`` steps. Every sampling round (dynamic sampling's refills too) spends from
+    it; a responses budget is met exactly (the last round samples only the groups that fit), a tokens budget
+    overshoots by at most one round."""
+    if budget_unit not in ("steps", "responses", "tokens"):
+        raise ValueError(f"budget_unit={budget_unit!r}: choose steps, responses or tokens")
+    if budget_unit != "steps" and budget <= 0:
+        raise ValueError(f"a {budget_unit} budget must be > 0, got {budget}")
     device = next(model.parameters()).device
     forward = partial(autocast, device, precision)
     rng = np.random.default_rng(seed)
@@ -132,9 +143,22 @@ def train(
     progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         TextColumn("{task.fields[info]}"), disable=not show_progress)
     plain_log = show_progress and not sys.stderr.isatty()  # job logs get a line every 10% instead of a bar
+    by_steps = budget_unit == "steps"
+    spent = 0  # responses or generated tokens sampled so far (budget_unit != "steps")
+
+    def round_prompts() -> int:
+        """Prompts the next sampling round may draw (0: the budget is spent)."""
+        if by_steps:
+            return n_prompts
+        if budget_unit == "responses":
+            return min(n_prompts, (budget - spent) // group)
+        return n_prompts if spent < budget else 0
+
     with progress:
-        bar = progress.add_task("train", total=steps, info="")
-        for step in range(steps):
+        bar = progress.add_task("train", total=steps if by_steps else budget, info="")
+        step = -1
+        while (step + 1 < steps) if by_steps else round_prompts() > 0:
+            step += 1
             model.eval()
             kept: list[ScoredBatch] = []
             kept_adv: list[np.ndarray] = []
@@ -144,7 +168,10 @@ def train(
             kept_groups = 0
             sample_start = time.time()
             for _ in range(rounds):
-                idx = rng.choice(len(pool), size=n_prompts, p=probs, replace=n_prompts > live_prompts)
+                draw = round_prompts()
+                if draw <= 0:
+                    break
+                idx = rng.choice(len(pool), size=draw, p=probs, replace=draw > live_prompts)
                 with forward():
                     _, batch = sample_and_score(model, tokenizer, pool.iloc[idx], group_size=group, recipe=recipe,
                                                 reward=reward, task=task, generator=generator)
@@ -158,6 +185,7 @@ def train(
                 stats["groups"] += len(alive)
                 stats["samples"] += len(batch.rewards)
                 stats["prompt_tokens"] += int(batch.samples.prompt_mask.sum())
+                spent += len(batch.rewards) if budget_unit == "responses" else int(stats["len"][-1].sum())
                 if recipe["dynamic_sampling"]:
                     keep_groups = np.flatnonzero(alive)[: n_prompts - kept_groups]
                     rows = (keep_groups[:, None] * group + np.arange(group)).reshape(-1)
@@ -203,9 +231,15 @@ def train(
             if on_step:
                 on_step(row)
             info = f"reward {row['reward_mean']:.3f} acc {row['accuracy']:.3f} dead {row['dead_group_ratio']:.2f}"
-            progress.update(bar, advance=1, info=info)
-            if plain_log and ((step + 1) % max(1, steps // 10) == 0 or step + 1 == steps):
-                print(f"GRPO step {step + 1}/{steps} {info} ({row['wall_time_s']:.0f} s)", file=sys.stderr, flush=True)
+            if by_steps:
+                progress.update(bar, advance=1, info=info)
+                if plain_log and ((step + 1) % max(1, steps // 10) == 0 or step + 1 == steps):
+                    print(f"GRPO step {step + 1}/{steps} {info} ({row['wall_time_s']:.0f} s)", file=sys.stderr, flush=True)
+            else:
+                progress.update(bar, completed=min(spent, budget), info=info)
+                if plain_log and (step + 1) % 10 == 0:
+                    print(f"GRPO step {step + 1}: {spent}/{budget} {budget_unit} {info} ({row['wall_time_s']:.0f} s)",
+                          file=sys.stderr, flush=True)
     return pd.DataFrame(log, columns=TRAIN_LOG_COLUMNS)
 
 

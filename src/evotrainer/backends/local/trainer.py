@@ -40,8 +40,10 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
             write_json(heartbeat, {"step": int(row["step"]) + chunk * chunk_steps, "steps": job.steps, "time": time.time()})
 
         chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
-                               weights=weights, precision=cfg.trainer.precision, on_step=beat)
-        logs.append(chunk_log.assign(step=chunk_log["step"] + chunk * chunk_steps))
+                               weights=weights, precision=cfg.trainer.precision, on_step=beat,
+                               budget_unit=job.budget_unit, budget=job.budget // job.restarts)
+        done = sum(len(log) for log in logs)
+        logs.append(chunk_log.assign(step=chunk_log["step"] + (chunk * chunk_steps if job.budget_unit == "steps" else done)))
     model.eval()
     with atomic_dir(out / "policy") as tmp:
         save_policy(model.cpu(), tokenizer, tmp)
