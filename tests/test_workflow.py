@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 # budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples)
 BUDGET = 12 * 32 * 8
 QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
-         "search__budget_unit=responses", f"search__budget={BUDGET}"]
+         "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true"]
 
 
 def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
@@ -147,6 +147,12 @@ def test_every_arm_spends_exactly_its_compute_budget(finished_run):
     assert spent and all(steps <= 2 * 12 for steps in spent)  # dynamic sampling would buy fewer steps, never more
     baseline = json.loads((finished_run / "baseline" / "metrics.json").read_text())["compute"]
     assert baseline["sampled_responses"] == 2 * BUDGET and baseline["optimizer_steps"] == 2 * 12  # generations x budget
+    # the equal-samples arm: the fixed recipe on as many responses as the promoted path sampled per seed
+    summary = json.loads((finished_run / "summary.json").read_text())
+    matched = json.loads((finished_run / "baseline_matched" / "metrics.json").read_text())["compute"]
+    assert matched["sampled_responses"] == summary["compute"]["promoted_path"]["sampled_responses"] // 2
+    assert summary["compute"]["baseline_matched"]["sampled_responses"] == matched["sampled_responses"]
+    assert 0 <= summary["baseline_matched_test_accuracy"] <= 1
 
 
 def test_noise_aware_selection_promotes_only_with_an_interval_above_min_gain(finished_run):

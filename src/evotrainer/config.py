@@ -230,6 +230,7 @@ class SearchConf:
     budget: int = between(0, 0, 10**15)
     min_gain: float = 0.0
     baseline: bool = True
+    baseline_matched: bool = False  # also the fixed recipe trained on as many sampled responses as the promoted path
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
     selection: str = one_of("greedy", "greedy", "bootstrap")
@@ -329,6 +330,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
+    if merged.search.baseline_matched and merged.trainer.name != "local":
+        raise ConfigError("config: search.baseline_matched trains under a responses budget, which only the local "
+                          f"trainer implements (trainer.name={merged.trainer.name})")
     if merged.search.budget_unit != "steps" and merged.trainer.name != "local":
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} is implemented by the local trainer "
                           f"only; trainer.name={merged.trainer.name} trains for search.steps_per_generation steps")

@@ -88,3 +88,34 @@ rule baseline:
         "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
         " --restarts {params.restarts} --threads {threads} > {log} 2>&1"
+
+
+# The equal-samples arm (search.baseline_matched): the initial harness, unchanged, trained until it has
+# sampled as many responses as the promoted path did (per seed; read from the run's lineage).
+rule baseline_matched:
+    input:
+        policy=f"{R}/gen0/policy",
+        harness=f"{R}/gen0/harness",
+        train=f"{R}/data/train.parquet",
+        val=f"{R}/data/val.parquet",
+        lineage=f"{R}/lineage.parquet",
+    output:
+        metrics=f"{R}/baseline_matched/metrics.json",
+    params:
+        evo=EVO,
+        conf=run_config,
+        data=lambda wc: f"{run_dir(wc)}/data",
+        out=lambda wc: f"{run_dir(wc)}/baseline_matched",
+        steps=G * STEPS,
+        restarts=G if CFG.search.baseline_restarts else 1,
+    threads: TRAIN_THREADS
+    benchmark:
+        f"{R}/benchmarks/baseline_matched.tsv"
+    log:
+        f"{R}/logs/baseline_matched.log",
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
+        " --restarts {params.restarts} --match-lineage {input.lineage} --threads {threads} > {log} 2>&1"

@@ -37,7 +37,9 @@ HEADLINE_RUNS = {f"{RUN}-seed{s}": s for s in range(CFG.search.headline_seeds)}
 # skills.library_dir is set explicitly, which headline.json then records as shared.
 RUN_CONFIGS = {RUN: CFG} | {
     name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed, "skills": {
-        "library_dir": CFG.skills.library_dir or f"{RESULTS}/{name}/skill_library"}}))
+        "library_dir": CFG.skills.library_dir or f"{RESULTS}/{name}/skill_library"},
+        # the headline also answers "at equal samples?" (local trainer: it implements the responses budget)
+        "search": {"baseline_matched": CFG.search.baseline_matched or CFG.trainer.name == "local"}}))
     for name, seed in HEADLINE_RUNS.items()
 }
 
@@ -48,7 +50,7 @@ wildcard_constraints:
     run="|".join(RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
-    arm=r"evolved|baseline",
+    arm=r"evolved|baseline_matched|baseline",
 
 
 def run_dir(wildcards):
@@ -106,13 +108,13 @@ def final_policy(wildcards):
 
 
 def arm_policy(wildcards):
-    return final_policy(wildcards) if wildcards.arm == "evolved" else f"{RESULTS}/{wildcards.run}/baseline/policy"
+    return final_policy(wildcards) if wildcards.arm == "evolved" else f"{RESULTS}/{wildcards.run}/{wildcards.arm}/policy"
 
 
 def arm_inputs(wildcards):
     root = f"{RESULTS}/{wildcards.run}"
     return {
-        "done": final_policy(wildcards) if wildcards.arm == "evolved" else f"{root}/baseline/metrics.json",
+        "done": final_policy(wildcards) if wildcards.arm == "evolved" else f"{root}/{wildcards.arm}/metrics.json",
         "harness": f"{root}/gen{G}/harness" if wildcards.arm == "evolved" else f"{root}/gen0/harness",
         "test": f"{root}/data/test.parquet",
     }
@@ -120,9 +122,13 @@ def arm_inputs(wildcards):
 
 def baseline_inputs(wildcards):
     root = f"{RESULTS}/{wildcards.run}"
-    if not CFG.search.baseline:
-        return {}
-    return {"test": f"{root}/eval/baseline/test_metrics.json", "metrics": f"{root}/baseline/metrics.json"}
+    arms = {}
+    if RUN_CONFIGS[wildcards.run].search.baseline:
+        arms |= {"test": f"{root}/eval/baseline/test_metrics.json", "metrics": f"{root}/baseline/metrics.json"}
+    if RUN_CONFIGS[wildcards.run].search.baseline_matched:
+        arms |= {"matched_test": f"{root}/eval/baseline_matched/test_metrics.json",
+                 "matched_metrics": f"{root}/baseline_matched/metrics.json"}
+    return arms
 
 
 def final_outputs():

@@ -54,7 +54,9 @@ rule summary:
         evo=EVO,
         conf=run_config,
         baseline=lambda wc, input: (f"--baseline-test {input.test} --baseline-metrics {input.metrics}"
-                                    if "test" in input.keys() else ""),
+                                    if "test" in input.keys() else "")
+        + (f" --matched-test {input.matched_test} --matched-metrics {input.matched_metrics}"
+           if "matched_test" in input.keys() else ""),
     benchmark:
         f"{R}/benchmarks/summary.tsv"
     log:

@@ -59,7 +59,7 @@ STAGES: dict[str, Command] = {
     "backtest": Command("evotrainer.stages.backtest:run", (
         "config", "policy>parent_policy", "harness>parent_harness", "candidate?>candidate_dir", "data-dir",
         "evidence?>evidence_path", "out-dir", "generation:int", "steps:int",
-        "threads:int", "restarts:int?", "seeds:int?", "replay?")),
+        "threads:int", "restarts:int?", "seeds:int?", "replay?", "match-lineage?")),
     "train": Command("evotrainer.stages.backtest:train_child", ("job>job_path",), "the supervised training child of a backtest"),
     "select": Command("evotrainer.stages.select:run", ("config", "candidates>candidates_dir", "backtest-dir", "harness>harness_dir",
                                                         "out", "out-lineage", "generation:int")),
@@ -75,7 +75,8 @@ STAGES: dict[str, Command] = {
     "report": Command("evotrainer.report.html:build", ("run-dir", "out-html", "figures-dir")),
     "headline": Command("evotrainer.report.headline:run", ("summaries+", "out-json", "out-png")),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
-                                                          "baseline-metrics?", "lineage>lineage_path", "out-json", "out-md")),
+                                                          "baseline-metrics?", "matched-test?", "matched-metrics?",
+                                                          "lineage>lineage_path", "out-json", "out-md")),
 }
 
 # the commands people type

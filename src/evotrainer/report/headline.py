@@ -62,15 +62,20 @@ def run(summaries: list[str], out_json: str, out_png: str) -> None:
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     baseline = np.array([r["baseline_test_accuracy"] for r in rows])
     libraries = [_skill_library(Path(p)) for p in summaries]
+    matched = [r.get("baseline_matched_test_accuracy") for r in rows]
     result = analyse(evolved, baseline) | {
         "per_seed": [{"run": r["run"], "evolved": r["evolved_test_accuracy"], "baseline": r["baseline_test_accuracy"],
+                      "baseline_matched": r.get("baseline_matched_test_accuracy"),
                       "promoted": [g["intervention"] for g in r["generations"]], "skill_library": library,
                       "compute": r.get("compute")} for r, library in zip(rows, libraries, strict=True)],
+        # the same comparison against the fixed recipe given as many sampled responses as the promoted path
+        "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float))
+                                if all(m is not None for m in matched) else None),
         # seeds are independent only if no two learnt from the same skill library
         "shared_skill_library": len({lib for lib in libraries if lib}) < len([lib for lib in libraries if lib]),
         "compute_mean": {arm: {key: float(np.mean([r["compute"][arm][key] for r in rows]))
                                for key in ("optimizer_steps", "sampled_responses", "generated_tokens")}
-                         for arm in ("promoted_path", "whole_search", "baseline")
+                         for arm in ("promoted_path", "whole_search", "baseline", "baseline_matched")
                          if all(arm in (r.get("compute") or {}) for r in rows)},
     }
     write_json(out_json, result)
@@ -79,6 +84,8 @@ def run(summaries: list[str], out_json: str, out_png: str) -> None:
         ax.plot([0, 1], [b, e], "-", color="#bbb", lw=1)
     ax.plot(np.zeros_like(baseline), baseline, "o", color="#ef6c00", label="baseline (fixed harness)")
     ax.plot(np.ones_like(evolved), evolved, "o", color="#2e7d32", label="evolved")
+    if result["vs_baseline_matched"] is not None:
+        ax.plot(np.full(len(matched), 0.15), matched, "s", color="#8d6e63", label="baseline, equal sampled responses")
     ax.set_xticks([0, 1], ["baseline", "evolved"])
     ax.set_xlim(-0.5, 1.5)
     ax.set_ylabel("test accuracy")

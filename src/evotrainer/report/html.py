@@ -46,6 +46,8 @@ class RunData:
         self.baseline = _read_json(run_dir / "baseline" / "metrics.json")
         self.evolved_test = _read_json(run_dir / "eval" / "evolved" / "test_metrics.json")
         self.baseline_test = _read_json(run_dir / "eval" / "baseline" / "test_metrics.json")
+        self.matched = _read_json(run_dir / "baseline_matched" / "metrics.json")
+        self.matched_test = _read_json(run_dir / "eval" / "baseline_matched" / "test_metrics.json")
 
     def train_log(self, g: int, cid: str) -> pd.DataFrame | None:
         path = self.dir / f"gen{g}" / "backtest" / cid / "train_log.parquet"
@@ -217,9 +219,10 @@ def compute_per_arm(data: RunData) -> pd.DataFrame:
     (every backtest: candidates, controls, extra seeds) and the baseline."""
     from evotrainer.stages.summary import arm_compute
 
-    arms = arm_compute(data.lineage, data.baseline) if len(data.lineage) else {}
+    arms = arm_compute(data.lineage, data.baseline, data.matched) if len(data.lineage) else {}
     accuracy = {"promoted_path": (data.evolved_test or {}).get("test_accuracy"), "whole_search": None,
-                "baseline": (data.baseline_test or {}).get("test_accuracy")}
+                "baseline": (data.baseline_test or {}).get("test_accuracy"),
+                "baseline_matched": (data.matched_test or {}).get("test_accuracy")}
     rows = [{"arm": arm.replace("_", " "), "test accuracy": accuracy.get(arm),
              **{label: cost.get(key) for key, label in COMPUTE_COLUMNS.items()}} for arm, cost in arms.items()]
     return pd.DataFrame(rows)
@@ -228,7 +231,7 @@ def compute_per_arm(data: RunData) -> pd.DataFrame:
 def plot_compute(table: pd.DataFrame) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 3.2))
     if len(table):
-        colours = ["#2e7d32", "#9e9e9e", "#ef6c00"][: len(table)]
+        colours = ["#2e7d32", "#9e9e9e", "#ef6c00", "#8d6e63"][: len(table)]
         ax.barh(table["arm"], table["sampled responses"], color=colours, alpha=0.85)
         for i, row in enumerate(table.itertuples(index=False)):
             acc = row[1]

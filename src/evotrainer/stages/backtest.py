@@ -47,10 +47,13 @@ class TrainingFailed(RuntimeError):
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
-        split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None) -> None:
+        split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None,
+        match_lineage: str | None = None) -> None:
     """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
     a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
-    with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control."""
+    with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control.
+    ``match_lineage`` (the equal-samples baseline): train until as many responses are sampled as the run's
+    promoted path sampled per seed (read from that lineage), split evenly over the restarts."""
     cfg = config(config_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +91,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             job = TrainJob(config=str(config_path), parent_policy=str(parent_policy), harness=str(out / "harness"),
                            data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
                            steps=steps, threads=threads, restarts=restarts, seed_index=seed_index,
-                           **compute_budget(cfg, steps))
+                           **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps)))
             usage = supervise(job, hang_s=cfg.search.train_hang_s)
             per_seed.append(evaluate_backtest(cfg, job, split_name, usage))
     except TrainingFailed as err:
@@ -117,6 +120,17 @@ def compute_budget(cfg, steps: int) -> dict:
         return {"budget_unit": "steps", "budget": 0}
     return {"budget_unit": cfg.search.budget_unit,
             "budget": cfg.search.budget * max(1, steps // cfg.search.steps_per_generation)}
+
+
+def matched_budget(cfg, lineage_path: str) -> dict:
+    """The responses the promoted path sampled, per training seed (its backtests' compute records)."""
+    from evotrainer.contracts import lineage
+    from evotrainer.stages.summary import arm_compute
+
+    responses = arm_compute(lineage.read(lineage_path), None)["promoted_path"]["sampled_responses"]
+    if responses <= 0:
+        raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
+    return {"budget_unit": "responses", "budget": int(responses) // cfg.search.seeds}
 
 
 def supervise(job: TrainJob, hang_s: float) -> dict:
