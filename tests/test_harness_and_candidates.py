@@ -192,3 +192,20 @@ def test_every_listed_failure_label_is_emitted_by_some_code_path():
         name = label.removeprefix("vetoed:")
         assert re.search(rf"[\"']{re.escape(name)}[\"']|\b{re.escape(name.upper())}\b|gate\(\"{re.escape(name)}\"", code) \
             or f'"{name}"' in code or f"'{name}'" in code, f"{label} is listed but never emitted"
+
+
+def test_the_baseline_agents_propose_valid_arms(harness):
+    from evotrainer.agents import make_agent
+    from evotrainer.config import compose
+
+    control = make_agent(compose(["agent.name=search_control"]).agent).propose(_context(harness, []), k=3)
+    assert [(p.diff, p.seed_offset) for p in control] == [("", 1), ("", 2), ("", 3)]
+    agent = make_agent(compose(["agent.name=random"]).agent)
+    proposals = agent.propose(_context(harness, []), k=4)
+    assert len(proposals) == 4 and len({p.diff for p in proposals}) == 4
+    assert [p.diff for p in agent.propose(_context(harness, []), k=4)] == [p.diff for p in proposals]  # reproducible
+    for p in proposals:
+        result = validate(harness, p.diff)
+        assert result["ok"] and result["files"] == ["recipe.yaml"], (p.intervention, result["error"])
+        changed = [line for line in p.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+        assert len(changed) == 1 and changed[0][1:].split(":")[0] == p.intervention.split(":")[1]  # one knob

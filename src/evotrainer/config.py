@@ -176,7 +176,7 @@ class AgentPricesConf:  # USD per million tokens, used for the cost column of ag
 
 @dataclass
 class AgentConf:
-    name: str = one_of("heuristic", "heuristic", "claude", "openai")
+    name: str = one_of("heuristic", "heuristic", "claude", "openai", "search_control", "random")
     max_candidates: int = between(3, 0, 64)
     extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
     # LLM agents (claude, openai) only; see conf/agent/claude.yaml and evotrainer.agents.llm
@@ -236,6 +236,7 @@ class SearchConf:
     selection: str = one_of("greedy", "greedy", "bootstrap")
     confidence: float = between(0.95, 0.5, 0.999)
     headline_seeds: int = between(5, 1, 100)
+    headline_search_arms: bool = True  # the headline also runs the search-control and random-search loops per seed
     gates: bool = True
     train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
     diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())

@@ -32,14 +32,16 @@ rule headline:
     input:
         summaries=[f"{RESULTS}/{name}/summary.json" for name in HEADLINE_RUNS],
         reports=[f"{RESULTS}/{name}/report.html" for name in HEADLINE_RUNS],
+        arms=[f"{RESULTS}/{name}/summary.json" for name in ARM_RUNS],
     output:
         json=f"{RESULTS}/{RUN}-headline/headline.json",
         png=report(f"{RESULTS}/{RUN}-headline/headline.png", caption="../report/headline.rst", category="Headline"),
     params:
         evo=EVO,
+        arms=lambda wc, input: f"--arm-summaries {' '.join(input.arms)}" if input.arms else "",
     log:
         f"{RESULTS}/{RUN}-headline/headline.log",
     conda:
         ENVS["cpu"]
     shell:
-        "{params.evo} headline --summaries {input.summaries} --out-json {output.json} --out-png {output.png} > {log} 2>&1"
+        "{params.evo} headline --summaries {input.summaries} {params.arms} --out-json {output.json} --out-png {output.png} > {log} 2>&1"

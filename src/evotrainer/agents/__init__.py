@@ -10,6 +10,10 @@ def make_agent(agent_cfg) -> Agent:
         from evotrainer.agents.heuristic import HeuristicAgent
 
         return HeuristicAgent()
+    if agent_cfg.name in ("search_control", "random"):  # baseline arms of the headline (agents/baselines.py)
+        from evotrainer.agents.baselines import RandomSearchAgent, SearchControlAgent
+
+        return SearchControlAgent() if agent_cfg.name == "search_control" else RandomSearchAgent()
     if agent_cfg.name == "claude":  # the SDKs are imported only when chosen
         from evotrainer.agents import claude
 
@@ -18,7 +22,7 @@ def make_agent(agent_cfg) -> Agent:
         from evotrainer.agents import openai_agent
 
         return openai_agent.make(agent_cfg)
-    raise ValueError(f"agent.name={agent_cfg.name!r} is not available; choose one of ['heuristic', 'claude', 'openai']")
+    raise ValueError(f"agent.name={agent_cfg.name!r} is not available; choose one of ['heuristic', 'claude', 'openai', 'search_control', 'random']")
 
 
 __all__ = ["Agent", "ProposalContext", "make_agent"]

@@ -73,7 +73,7 @@ STAGES: dict[str, Command] = {
     "evaluate": Command("evotrainer.stages.evaluate:run", ("config", "policy>policy_dir", "harness>harness_dir", "test>test_path", "out-json",
                                                             "out-rollouts", "arm", "threads:int")),
     "report": Command("evotrainer.report.html:build", ("run-dir", "out-html", "figures-dir")),
-    "headline": Command("evotrainer.report.headline:run", ("summaries+", "out-json", "out-png")),
+    "headline": Command("evotrainer.report.headline:run", ("summaries+", "arm-summaries+?", "out-json", "out-png")),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
                                                           "baseline-metrics?", "matched-test?", "matched-metrics?",
                                                           "lineage>lineage_path", "out-json", "out-md")),

@@ -45,6 +45,8 @@ class Proposal:
     targeted_findings: list[str]
     success_criterion: str
     diff: str
+    # train under other seeds than the generation's control (the search-control arm's replicas of it)
+    seed_offset: int = 0
 
 
 def touched_files(diff_text: str) -> list[str]:

@@ -54,23 +54,74 @@ def _skill_library(summary: Path) -> str | None:
     return str(Path(skills.get("library_dir") or f"{cfg.get('results_dir', 'results')}/skill_library").resolve())
 
 
-def run(summaries: list[str], out_json: str, out_png: str) -> None:
+ARMS = {  # arm -> (what it is, the compute record that paid for it)
+    "baseline": ("fixed recipe, equal optimizer steps", "baseline"),
+    "baseline_matched": ("fixed recipe, equal sampled responses to the promoted path", "baseline_matched"),
+    "search_control": ("unchanged harness, same backtests and val selection (other seeds)", "whole_search"),
+    "random": ("random single-knob recipe search, same backtests and val selection", "whole_search"),
+}
+
+
+def arm_table(rows: list[dict], arms: dict[str, list[float | None]]) -> list[dict]:
+    """One row per arm: test accuracy over the seeds, the evolved arm's difference to it (paired bootstrap
+    over seeds), and the mean compute that bought it."""
+    evolved = np.array([r["evolved_test_accuracy"] for r in rows])
+    table = [{"arm": "evolved", "what": "EvoTrainer: the promoted path", "test_mean": float(evolved.mean()),
+              "test_iqm": float(trim_mean(evolved, 0.25)), "sampled_responses": _mean_compute(rows, "promoted_path"),
+              "search_sampled_responses": _mean_compute(rows, "whole_search")}]
+    for arm, values in arms.items():
+        if any(v is None for v in values):
+            continue
+        acc = np.array(values, dtype=float)
+        diff = analyse(evolved, acc)
+        what, record = ARMS[arm]
+        table.append({"arm": arm, "what": what, "test_mean": float(acc.mean()), "test_iqm": float(trim_mean(acc, 0.25)),
+                      "evolved_minus_arm": diff["difference_mean"], "ci_low": diff["ci_low"], "ci_high": diff["ci_high"],
+                      "sampled_responses": _mean_compute(rows, record, arm)})
+    return table
+
+
+def _mean_compute(rows: list[dict], record: str, arm: str | None = None) -> float | None:
+    """Mean sampled responses of ``record`` over the seeds (for the search arms: from their own runs)."""
+    values = [((r.get("arm_compute") or {}).get(arm) if arm in ("search_control", "random") else r.get("compute", {}).get(record))
+              for r in rows]
+    if any(v is None for v in values):
+        return None
+    return float(np.mean([v["sampled_responses"] for v in values]))
+
+
+def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[str] | None = None) -> None:
+    """``arm_summaries``: the summaries of the search arms' runs (<seed run>-search_control, -random)."""
     rows = [json.loads(Path(p).read_text()) for p in summaries]
     missing = [r["run"] for r in rows if r.get("baseline_test_accuracy") is None]
     if missing:
         raise ValueError(f"runs {missing} have no baseline arm; the headline needs search.baseline=true")
+    by_run = {s["run"]: s for s in (json.loads(Path(p).read_text()) for p in arm_summaries or [])}
+    arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
+                             "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows]}
+    for arm in ("search_control", "random"):
+        found = [by_run.get(f"{r['run']}-{arm}") for r in rows]
+        if any(found):
+            missing = [r["run"] for r, s in zip(rows, found, strict=True) if s is None]
+            if missing:
+                raise ValueError(f"the {arm} arm has no run for seed run(s) {missing}")
+            arms[arm] = [s["evolved_test_accuracy"] for s in found]
+            for r, s in zip(rows, found, strict=True):
+                r.setdefault("arm_compute", {})[arm] = s["compute"]["whole_search"]
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
-    baseline = np.array([r["baseline_test_accuracy"] for r in rows])
+    baseline = np.array(arms["baseline"])
     libraries = [_skill_library(Path(p)) for p in summaries]
-    matched = [r.get("baseline_matched_test_accuracy") for r in rows]
+    matched = arms["baseline_matched"]
     result = analyse(evolved, baseline) | {
-        "per_seed": [{"run": r["run"], "evolved": r["evolved_test_accuracy"], "baseline": r["baseline_test_accuracy"],
-                      "baseline_matched": r.get("baseline_matched_test_accuracy"),
+        "per_seed": [{"run": r["run"], "evolved": r["evolved_test_accuracy"],
+                      **{arm: values[i] for arm, values in arms.items()},
                       "promoted": [g["intervention"] for g in r["generations"]], "skill_library": library,
-                      "compute": r.get("compute")} for r, library in zip(rows, libraries, strict=True)],
+                      "compute": r.get("compute"), "arm_compute": r.get("arm_compute")}
+                     for i, (r, library) in enumerate(zip(rows, libraries, strict=True))],
         # the same comparison against the fixed recipe given as many sampled responses as the promoted path
         "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float))
                                 if all(m is not None for m in matched) else None),
+        "arms": arm_table(rows, arms),
         # seeds are independent only if no two learnt from the same skill library
         "shared_skill_library": len({lib for lib in libraries if lib}) < len([lib for lib in libraries if lib]),
         "compute_mean": {arm: {key: float(np.mean([r["compute"][arm][key] for r in rows]))
@@ -79,22 +130,29 @@ def run(summaries: list[str], out_json: str, out_png: str) -> None:
                          if all(arm in (r.get("compute") or {}) for r in rows)},
     }
     write_json(out_json, result)
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for e, b in zip(evolved, baseline, strict=True):
-        ax.plot([0, 1], [b, e], "-", color="#bbb", lw=1)
-    ax.plot(np.zeros_like(baseline), baseline, "o", color="#ef6c00", label="baseline (fixed harness)")
-    ax.plot(np.ones_like(evolved), evolved, "o", color="#2e7d32", label="evolved")
-    if result["vs_baseline_matched"] is not None:
-        ax.plot(np.full(len(matched), 0.15), matched, "s", color="#8d6e63", label="baseline, equal sampled responses")
-    ax.set_xticks([0, 1], ["baseline", "evolved"])
-    ax.set_xlim(-0.5, 1.5)
+    _plot(result, rows, out_png)
+
+
+def _plot(result: dict, rows: list[dict], out_png: str) -> None:
+    """Test accuracy per arm and seed (lines join a seed's arms), the arms' mean compute under their names."""
+    order = [row for row in result["arms"] if row["arm"] != "evolved"] + [result["arms"][0]]
+    colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "search_control": "#1565c0", "random": "#6a1b9a",
+               "evolved": "#2e7d32"}
+    fig, ax = plt.subplots(figsize=(1.6 * len(order) + 2, 4))
+    values = {row["arm"]: [seed[row["arm"]] for seed in result["per_seed"]] for row in order}
+    for i in range(len(rows)):
+        ax.plot(range(len(order)), [values[row["arm"]][i] for row in order], "-", color="#ccc", lw=1)
+    for x, row in enumerate(order):
+        ax.plot([x] * len(rows), values[row["arm"]], "o", color=colours[row["arm"]])
+    labels = [f"{row['arm']}\n{row['sampled_responses'] or 0:,.0f} resp." for row in order]
+    ax.set_xticks(range(len(order)), labels, fontsize=8)
+    ax.set_xlim(-0.5, len(order) - 0.5)
     ax.set_ylabel("test accuracy")
     ci = "" if result["ci_low"] is None else f", 95% CI [{result['ci_low']:+.3f}, {result['ci_high']:+.3f}]"
     shared = " (seeds share one skill library)" if result["shared_skill_library"] else ""
-    ax.set_title(f"{len(rows)} seeds{shared}: diff mean {result['difference_mean']:+.3f}, IQM {result['difference_iqm']:+.3f}{ci}",
-                 fontsize=9)
+    ax.set_title(f"{len(rows)} seeds{shared}: evolved - baseline mean {result['difference_mean']:+.3f}, "
+                 f"IQM {result['difference_iqm']:+.3f}{ci}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
     with atomic_path(out_png) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -90,7 +90,8 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             seed_out = out if seed_index == 0 else out / f"seed{seed_index}"
             job = TrainJob(config=str(config_path), parent_policy=str(parent_policy), harness=str(out / "harness"),
                            data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
-                           steps=steps, threads=threads, restarts=restarts, seed_index=seed_index,
+                           steps=steps, threads=threads, restarts=restarts,
+                           seed_index=seed_index + int(proposal.get("seed_offset") or 0) * seeds,
                            **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps)))
             usage = supervise(job, hang_s=cfg.search.train_hang_s)
             per_seed.append(evaluate_backtest(cfg, job, split_name, usage))

@@ -91,8 +91,8 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         "findings_flagged": flagged,
     }
     label, reason = None, None
-    if proposal["candidate_id"] == CONTROL:
-        pass  # the control is the generation's yardstick: it always trains, even where no group has signal
+    if proposal["candidate_id"] == CONTROL or not diff.strip():
+        pass  # the control (and its seed replicas) is the generation's yardstick: it always trains
     elif dead >= 1.0 - 1e-9:
         label, reason = "replay_no_signal", "every cached group has zero reward variance under this reward"
     elif min(groups_kept, pool_kept) < MIN_KEPT_FRACTION:
