@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from evotrainer.atomic import read_json, write_json
-from evotrainer.backends.local.scoring import overlong_penalty, reward_rows_from_evidence
 from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import load_recipe
+from evotrainer.contracts.reward_rows import overlong_penalty, reward_rows_from_evidence
 from evotrainer.sandbox.harness_code import harness_reward
 from evotrainer.sandbox.runner import SandboxError, run_tasks
 from evotrainer.search.diagnostic_backtest import (

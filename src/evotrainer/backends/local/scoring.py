@@ -20,6 +20,7 @@ import torch
 from evotrainer.backends.local.sampler import Samples, decode_responses, encode_prompts, sample
 from evotrainer.contracts.evidence import COMPONENT_PREFIX
 from evotrainer.contracts.harness import score_rows
+from evotrainer.contracts.reward_rows import overlong_penalty, reward_rows_from_evidence  # noqa: F401 (re-exported)
 from evotrainer.contracts.task import Task, metadata_of
 from evotrainer.policy.chat import as_messages, eos_token_ids, pad_token_id
 
@@ -75,23 +76,6 @@ def reward_rows(rows: pd.DataFrame, responses: list[str], verdicts: Verdicts) ->
     ]
 
 
-def reward_rows_from_evidence(ev: pd.DataFrame) -> list[dict]:
-    """Reward rows for cached evidence (replay): the same extra_info as in training, the verdict read back
-    from the evidence's task columns (the prompt's metadata is not in the evidence)."""
-    fields = ev["task_fields"] if "task_fields" in ev else [None] * len(ev)
-    categories = ev["failure_category"] if "failure_category" in ev else [None] * len(ev)
-    format_ok = ev["format_ok"] if "format_ok" in ev else [True] * len(ev)
-    return [
-        {"data_source": ds, "solution_str": response, "ground_truth": gt,
-         "extra_info": {"prompt_id": pid, "difficulty": int(d), "verification": {
-             "correct": bool(c), "format_ok": bool(f), "failure_category": None if pd.isna(fc) else fc,
-             **(json.loads(tf) if isinstance(tf, str) and tf else {})}}}
-        for ds, response, gt, pid, d, c, f, fc, tf in zip(
-            ev["data_source"], ev["response"], ev["ground_truth"], ev["prompt_id"], ev["difficulty"], ev["correct"],
-            format_ok, categories, fields, strict=True)
-    ]
-
-
 @dataclass
 class ScoredBatch:
     samples: Samples
@@ -118,14 +102,6 @@ class ScoredBatch:
                             [v.task_fields[i] for i in rows])
         return ScoredBatch(samples, [self.responses[i] for i in rows], self.rewards[rows],
                            {k: c[rows] for k, c in self.components.items()}, verdicts)
-
-
-def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: float) -> np.ndarray:
-    """DAPO soft overlong shaping: a linear penalty over the last ``buffer`` tokens of the budget."""
-    if buffer <= 0:
-        return np.zeros_like(lengths, dtype=float)
-    start = max_len - buffer
-    return -np.clip((lengths - start) / buffer, 0.0, 1.0) * penalty
 
 
 def sample_and_score(
