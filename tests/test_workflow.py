@@ -278,18 +278,41 @@ def test_cli_commands_on_a_finished_run(finished_run):
     assert result.returncode == 1 and "missing required column(s) ['reward']" in result.stdout
 
 
-def test_headline_target_compares_seeds(finished_run, planted):
-    workdir = finished_run.parents[1]
-    run_snakemake(workdir, planted, "headline", timeout=900)
-    headline = json.loads((workdir / "results" / "default-headline" / "headline.json").read_text())
+def test_headline_target_compares_every_arm_over_seeds(tmp_path):
+    """`snakemake headline` in a workdir of its own, sized down (1 generation, 1 candidate, 1 training seed):
+    per seed the loop, both fixed-recipe baselines and the search-control and random-search loops."""
+    cheap = ["experiment=quick", "search__headline_seeds=2", "search__generations=1", "agent__max_candidates=1",
+             "search__budget_unit=responses", f"search__budget={BUDGET}"]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--cores", "2", "headline", "--config", *cheap]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = tmp_path / "results"
+    headline = json.loads((results / "default-headline" / "headline.json").read_text())
     assert headline["seeds"] == 2 and len(headline["per_seed"]) == 2
     assert {"difference_mean", "difference_iqm", "ci_low", "ci_high", "goal_met"} <= set(headline)
     # independent seeds: each learnt from its own skill library; compute per arm beside the accuracies
     libraries = [seed["skill_library"] for seed in headline["per_seed"]]
     assert headline["shared_skill_library"] is False and len(set(libraries)) == 2
     assert all(lib.endswith(f"{seed['run']}/skill_library") for lib, seed in zip(libraries, headline["per_seed"], strict=True))
-    assert headline["compute_mean"]["whole_search"]["sampled_responses"] > headline["compute_mean"]["baseline"]["sampled_responses"] > 0
-    assert (workdir / "results" / "default-headline" / "headline.png").stat().st_size > 5_000
+    table = {row["arm"]: row for row in headline["arms"]}
+    assert list(table) == ["evolved", "baseline", "baseline_matched", "search_control", "random"]
+    for arm, row in table.items():
+        assert 0 <= row["test_mean"] <= 1 and row["sampled_responses"] > 0, arm
+    # every loop arm ran the same backtests: control + 1 candidate, each on exactly its budget
+    for arm in ("search_control", "random"):
+        for s in (0, 1):
+            run = results / f"default-seed{s}-{arm}"
+            proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
+            assert proposal["agent"] == arm
+            metrics = json.loads((run / "gen0" / "backtest" / "c1" / "metrics.json").read_text())
+            if arm == "search_control":  # the parent harness under another seed: same harness, other numbers
+                assert proposal["seed_offset"] == 1 and metrics["harness_id"] == json.loads(
+                    (run / "gen0" / "backtest" / "control" / "metrics.json").read_text())["harness_id"]
+            if metrics["status"] == "ok":
+                assert metrics["compute"]["sampled_responses"] == BUDGET
+            assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
+    assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 
 
 def test_rerunning_one_backtest_reproduces_it(finished_run, planted):

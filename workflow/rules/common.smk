@@ -2,7 +2,6 @@
 # Every path is results/<run>/...; {run} is a wildcard so that one invocation can hold several runs
 # (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
 import sys
-from pathlib import Path
 
 from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
@@ -44,14 +43,14 @@ RUN_CONFIGS = {RUN: CFG} | {
     for name, seed in HEADLINE_RUNS.items()
 }
 # The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py) proposing as
-# many candidates per generation as the loop's agent plus its extra candidates; no skills, no baselines of their own.
+# many candidates per generation as the loop's agent (agent.max_candidates; the user's extra candidates are not
+# counted: most fail validation untrained); no skills, no baselines of their own.
 SEARCH_ARMS = ("search_control", "random") if CFG.search.headline_search_arms else ()
-_EXTRA = len(list(Path(CFG.agent.extra_candidates).glob("*.diff"))) if CFG.agent.extra_candidates else 0
 ARM_RUNS = {f"{name}-{arm}": (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
 RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": False},
-        "agent": {"name": arm, "extra_candidates": None, "max_candidates": CFG.agent.max_candidates + _EXTRA},
+        "agent": {"name": arm, "extra_candidates": None, "max_candidates": CFG.agent.max_candidates},
         "search": {"baseline": False, "baseline_matched": False}}))
     for name, (seed, arm) in ARM_RUNS.items()
 }
