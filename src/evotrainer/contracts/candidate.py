@@ -18,7 +18,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from evotrainer.contracts.harness import HARNESS_FILES, HarnessError, check_layout, load_recipe
+from evotrainer.contracts.harness import (
+    EDITABLE_FILES,
+    HARNESS_FILES,
+    HarnessError,
+    check_layout,
+    load_env,
+    load_recipe,
+)
 
 CONTROL = "control"
 MAX_DIFF_BYTES = 64_000
@@ -79,8 +86,8 @@ def touched_files(diff_text: str) -> list[str]:
     if not names:
         raise CandidateError("not a unified diff: no '--- a/<file>' / '+++ b/<file>' headers", "invalid_diff")
     for name in names:
-        if name not in HARNESS_FILES:
-            raise CandidateError(f"diff touches '{name}', outside the harness; allowed files: {list(HARNESS_FILES)}", "forbidden_path")
+        if name not in EDITABLE_FILES:  # env.yaml only applies where the parent harness has one
+            raise CandidateError(f"diff touches '{name}', outside the harness; allowed files: {list(EDITABLE_FILES)}", "forbidden_path")
     return sorted(set(names))
 
 
@@ -145,6 +152,7 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
     try:
         check_layout(harness_dir)
         load_recipe(harness_dir)
+        load_env(harness_dir)
     except HarnessError as err:
         raise CandidateError(str(err), err.label) from err
     for name in REQUIRED_FUNCTIONS:
