@@ -110,3 +110,31 @@ def test_agentic_task_runs_the_whole_loop(tmp_path):
 
     summary = json.loads((run / "summary.json").read_text())
     assert 0.0 <= summary["evolved_test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("edit, label", [("max_turns: 4 ", None), ("max_turns: 0 ", "schema_violation"),
+                                         ("max_turns: 4\nsurprise: 1 ", "schema_violation")])
+def test_a_candidate_may_edit_env_yaml_within_its_schema(tmp_path, edit, label):
+    from evotrainer.contracts.candidate import validate
+    from evotrainer.contracts.harness import DEFAULT_HARNESS, harness_id
+
+    harness = tmp_path / "harness"
+    shutil.copytree(HARNESS, harness)
+    old = (harness / "env.yaml").read_text()
+    new = old.replace("max_turns: 8 ", edit)
+    diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/env.yaml", "b/env.yaml"))
+    from evotrainer.sandbox import isolation
+
+    isolation.set_default_mode("process" if sandbox_override() else None)
+    try:
+        result = validate(harness, diff)
+        assert result["failure_label"] == label, result
+        # a harness without env.yaml cannot gain one through a diff
+        plain = tmp_path / "plain"
+        shutil.copytree(DEFAULT_HARNESS, plain)
+        assert not validate(plain, diff)["ok"]
+    finally:
+        isolation.set_default_mode(None)
+    # env.yaml counts in the id where present; its absence leaves single-turn ids as they were
+    (harness / "env.yaml").write_text(new)
+    assert harness_id(harness) != harness_id(HARNESS) or new == old
