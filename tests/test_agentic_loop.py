@@ -138,3 +138,19 @@ def test_a_candidate_may_edit_env_yaml_within_its_schema(tmp_path, edit, label):
     # env.yaml counts in the id where present; its absence leaves single-turn ids as they were
     (harness / "env.yaml").write_text(new)
     assert harness_id(harness) != harness_id(HARNESS) or new == old
+
+
+def test_the_offline_agent_raises_the_turn_limit_when_episodes_hit_it():
+    from evotrainer.agents.base import ProposalContext
+    from evotrainer.agents.heuristic import HeuristicAgent
+    from evotrainer.contracts import lineage
+    from evotrainer.contracts.harness import harness_id
+    from evotrainer.tasks.agentic import AgenticTask
+
+    findings = [{"name": "turn_limit_rate", "value": 0.8, "threshold": 0.3, "severity": "critical"}]
+    context = ProposalContext(generation=0, harness_dir=HARNESS, harness_id=harness_id(HARNESS), findings=findings,
+                              lineage=lineage.empty())
+    context.extra["interventions"] = AgenticTask().interventions()
+    first = HeuristicAgent().propose(context, 1)[0]
+    assert first.intervention == "raise_max_turns" and first.targeted_findings == ["turn_limit_rate"]
+    assert "+max_turns: 12" in first.diff and "+++ b/env.yaml" in first.diff
