@@ -14,6 +14,7 @@ one row per model turn (``TURN_COLUMNS``).
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -147,8 +148,6 @@ def demonstrations(task, rows: pd.DataFrame, workers: int = 2) -> list[list[dict
 def warm_start(model, tokenizer, conversations: list[list[dict]], *, steps: int, batch_size: int, lr: float,
                seed: int) -> pd.DataFrame:
     """Multi-turn SFT on the expert's conversations; the log has the single-turn SFT log's columns."""
-    import time
-
     start, wall = time.time(), []
     losses = sft_conversations(model, tokenizer, conversations, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                                on_step=lambda step, loss: wall.append(time.time() - start))
