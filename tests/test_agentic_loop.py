@@ -132,7 +132,7 @@ def test_a_candidate_may_edit_env_yaml_within_its_schema(tmp_path, edit, label):
         # a harness without env.yaml cannot gain one through a diff
         plain = tmp_path / "plain"
         shutil.copytree(DEFAULT_HARNESS, plain)
-        assert not validate(plain, diff)["ok"]
+        assert validate(plain, diff)["failure_label"] == "forbidden_path"
     finally:
         isolation.set_default_mode(None)
     # env.yaml counts in the id where present; its absence leaves single-turn ids as they were

@@ -21,6 +21,7 @@ from pathlib import Path
 from evotrainer.contracts.harness import (
     EDITABLE_FILES,
     HARNESS_FILES,
+    OPTIONAL_HARNESS_FILES,
     HarnessError,
     check_layout,
     load_env,
@@ -96,7 +97,10 @@ def apply_diff(harness_dir: str | Path, diff_text: str, dest: str | Path) -> Pat
     dest = Path(dest)
     shutil.copytree(harness_dir, dest, dirs_exist_ok=True)
     if diff_text.strip():
-        touched_files(diff_text)
+        for name in touched_files(diff_text):
+            if name in OPTIONAL_HARNESS_FILES and not (Path(harness_dir) / name).is_file():
+                raise CandidateError(f"diff touches '{name}', which this harness does not have; allowed files: "
+                                     f"{list(HARNESS_FILES)}", "forbidden_path")
         patch = dest / ".candidate.diff"
         patch.write_text(diff_text if diff_text.endswith("\n") else diff_text + "\n", encoding="utf-8")
         try:
