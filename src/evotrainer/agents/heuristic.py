@@ -222,6 +222,8 @@ class HeuristicAgent:
         recipe = load_recipe(context.harness_dir)
         files = {name: (context.harness_dir / name).read_text(encoding="utf-8")
                  for name in ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")}
+        if (context.harness_dir / "env.yaml").is_file():  # multi-turn harnesses: the environment knobs
+            files["env.yaml"] = (context.harness_dir / "env.yaml").read_text(encoding="utf-8")
         severity = {f["name"]: SEVERITY_WEIGHT.get(f["severity"], 0.0) for f in context.findings}
         tried = self._tried(context)
         guidance = Guidance.from_context(context, vocabulary(recipe))

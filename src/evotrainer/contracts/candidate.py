@@ -18,7 +18,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from evotrainer.contracts.harness import HARNESS_FILES, HarnessError, check_layout, load_recipe
+from evotrainer.contracts.harness import (
+    EDITABLE_FILES,
+    HARNESS_FILES,
+    OPTIONAL_HARNESS_FILES,
+    HarnessError,
+    check_layout,
+    load_env,
+    load_recipe,
+)
 
 CONTROL = "control"
 MAX_DIFF_BYTES = 64_000
@@ -79,8 +87,8 @@ def touched_files(diff_text: str) -> list[str]:
     if not names:
         raise CandidateError("not a unified diff: no '--- a/<file>' / '+++ b/<file>' headers", "invalid_diff")
     for name in names:
-        if name not in HARNESS_FILES:
-            raise CandidateError(f"diff touches '{name}', outside the harness; allowed files: {list(HARNESS_FILES)}", "forbidden_path")
+        if name not in EDITABLE_FILES:  # env.yaml only applies where the parent harness has one
+            raise CandidateError(f"diff touches '{name}', outside the harness; allowed files: {list(EDITABLE_FILES)}", "forbidden_path")
     return sorted(set(names))
 
 
@@ -89,7 +97,10 @@ def apply_diff(harness_dir: str | Path, diff_text: str, dest: str | Path) -> Pat
     dest = Path(dest)
     shutil.copytree(harness_dir, dest, dirs_exist_ok=True)
     if diff_text.strip():
-        touched_files(diff_text)
+        for name in touched_files(diff_text):
+            if name in OPTIONAL_HARNESS_FILES and not (Path(harness_dir) / name).is_file():
+                raise CandidateError(f"diff touches '{name}', which this harness does not have; allowed files: "
+                                     f"{list(HARNESS_FILES)}", "forbidden_path")
         patch = dest / ".candidate.diff"
         patch.write_text(diff_text if diff_text.endswith("\n") else diff_text + "\n", encoding="utf-8")
         try:
@@ -145,6 +156,7 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
     try:
         check_layout(harness_dir)
         load_recipe(harness_dir)
+        load_env(harness_dir)
     except HarnessError as err:
         raise CandidateError(str(err), err.label) from err
     for name in REQUIRED_FUNCTIONS:

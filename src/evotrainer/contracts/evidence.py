@@ -57,6 +57,8 @@ OPTIONAL = pa.schema(
         ("failure_category", pa.string()),
         ("task_fields", pa.string()),
         ("termination", pa.string()),  # multi-turn episodes: submitted | max_turns | invalid_action | timeout
+        ("invalid_actions", pa.int64()),  # multi-turn: model turns that were not a valid tool call
+        ("env_reward", pa.float64()),  # multi-turn: what the environment paid (mini_swe: 1.0 = hidden tests passed)
     ]
 )
 

@@ -1,4 +1,5 @@
-"""The harness contract: a directory with recipe.yaml, reward.py, curriculum.py, diagnostics.py.
+"""The harness contract: a directory with recipe.yaml, reward.py, curriculum.py, diagnostics.py, and
+for multi-turn (agentic) tasks an optional env.yaml (environment knobs, ``ENV_SCHEMA``).
 
 The recipe is backend-neutral and schema-checked here (types, ranges, choices) *before* any
 backend sees it, because backends accept some bad values silently (verl takes a non-numeric clip
@@ -19,6 +20,9 @@ from typing import Any
 import yaml
 
 HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")
+# present only in the harnesses of multi-turn tasks; a candidate diff may edit it where the parent has it
+OPTIONAL_HARNESS_FILES = ("env.yaml",)
+EDITABLE_FILES = HARNESS_FILES + OPTIONAL_HARNESS_FILES
 DEFAULT_HARNESS = Path(__file__).parents[1] / "default_harness"
 
 
@@ -117,6 +121,26 @@ def check_recipe(recipe: Any, where: str = "recipe.yaml") -> dict[str, Any]:
 
 MAX_RECIPE_BYTES = 16_000
 
+# env.yaml: the environment knobs of a multi-turn harness (all optional; absent = the task's config)
+ENV_SCHEMA: dict[str, Field] = {
+    "max_turns": Field(int, 1, 64, help="model turns per episode before truncation (termination max_turns)"),
+    "max_observation_chars": Field(int, 100, 20000, help="observations longer than this are cut in the middle"),
+    "episode_filter": Field(str, choices=("none", "drop_context_limit", "drop_truncated", "drop_invalid"),
+                            help="episodes left out of the loss"),
+}
+
+
+def check_env(knobs: Any, where: str = "env.yaml") -> dict[str, Any]:
+    """env.yaml's values checked against ENV_SCHEMA (an empty file is no knobs)."""
+    if knobs is None:
+        return {}
+    if not isinstance(knobs, dict):
+        raise HarnessError(f"{where}: must be a mapping of knob: value, got {type(knobs).__name__}")
+    unknown = sorted(map(str, set(knobs) - set(ENV_SCHEMA)))
+    if unknown:
+        raise HarnessError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(ENV_SCHEMA)}")
+    return {key: ENV_SCHEMA[key].check(key, value, where) for key, value in knobs.items()}
+
 
 class _PlainLoader(yaml.SafeLoader):
     """safe_load without anchors and aliases: a recipe is flat key: value, and an alias bomb (a billion
@@ -130,15 +154,28 @@ class _PlainLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def load_recipe(harness_dir: str | Path) -> dict[str, Any]:
-    path = Path(harness_dir) / "recipe.yaml"
+def _load_yaml(path: Path) -> Any:
     if path.stat().st_size > MAX_RECIPE_BYTES:
         raise HarnessError(f"{path}: larger than {MAX_RECIPE_BYTES} bytes", label="parse_error")
     try:
-        recipe = yaml.load(path.read_text(encoding="utf-8"), Loader=_PlainLoader)  # noqa: S506 (a SafeLoader)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_PlainLoader)  # noqa: S506 (a SafeLoader)
     except (yaml.YAMLError, RecursionError, UnicodeDecodeError, ValueError) as err:
         raise HarnessError(f"{path}: not valid YAML ({str(err)[:300]})", label="parse_error") from err
-    return check_recipe(recipe, where=str(path))
+
+
+def load_recipe(harness_dir: str | Path) -> dict[str, Any]:
+    path = Path(harness_dir) / "recipe.yaml"
+    return check_recipe(_load_yaml(path), where=str(path))
+
+
+def load_env(harness_dir: str | Path) -> dict[str, Any]:
+    """The harness's env.yaml knobs, checked; {} when the harness has no env.yaml (single-turn tasks)."""
+    path = Path(harness_dir) / "env.yaml"
+    if path.is_symlink():
+        raise HarnessError(f"{path}: a symbolic link; harness files must be regular files", label="forbidden_path")
+    if not path.exists():
+        return {}
+    return check_env(_load_yaml(path), where=str(path))
 
 
 def load_module(harness_dir: str | Path, name: str) -> ModuleType:
@@ -152,12 +189,17 @@ def load_module(harness_dir: str | Path, name: str) -> ModuleType:
 
 
 def harness_id(harness_dir: str | Path) -> str:
-    """Content hash of the harness files: equal harnesses get equal ids across runs."""
+    """Content hash of the harness files: equal harnesses get equal ids across runs. An optional file
+    counts only where present, so a harness without one keeps the id it always had."""
     digest = hashlib.sha256()
     for name in HARNESS_FILES:
         path = Path(harness_dir) / name
         digest.update(name.encode() + b"\0")
         digest.update(path.read_bytes() if path.exists() else b"<missing>")
+    for name in OPTIONAL_HARNESS_FILES:
+        path = Path(harness_dir) / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 from evotrainer.sandbox import isolation as iso
 
 EXIT_VIOLATION, EXIT_MEMORY = 3, 4
-HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")
+HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py", "env.yaml")  # env.yaml: where present
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def limits_preexec(limits: Limits, mode: str, cpu_s: float | None = None):
 
 @contextlib.contextmanager
 def sandbox_dirs(harness_dir: str | Path | None = None) -> Iterator[tuple[Path, Path | None]]:
-    """A fresh scratch directory and, given a harness, a read-only staged copy of its four files.
+    """A fresh scratch directory and, given a harness, a read-only staged copy of its files (the four,
+    and env.yaml where the harness has one).
 
     The copy (made by this trusted process) refuses symlinked harness files: a candidate could point
     ``reward.py`` at a file only this process may read.

@@ -209,6 +209,9 @@ def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
     model, tokenizer = load_policy(out / "policy", device)
     model.eval()
     ids = {"policy_id": runtime.policy_id(out / "policy"), "harness_id": harness_id(harness), "seed": seed}
+    if getattr(task, "multi_turn", False):
+        val_frame = _evaluate_episodes(cfg, job, split_name, task, recipe, model, tokenizer, device, seed, ids)
+        return _summary(val_frame, log, job, split_name, usage, eval_start, harness)
     with harness_reward(harness, cfg.sandbox) as reward:
         val_frame = greedy_rollouts(
             model, tokenizer, read_split(Path(job.data_dir) / f"{split_name}.parquet"), task=task, reward=reward,
@@ -227,10 +230,50 @@ def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
             evidence.write(evidence_rows(repeated, batch, group_size=recipe["group_size"], run=cfg.run,
                                          generation=job.generation, split="probe", step=job.steps, **ids),
                            out / "exit_rollouts.parquet")
+    return _summary(val_frame, log, job, split_name, usage, eval_start, harness)
+
+
+def _summary(val_frame, log, job: TrainJob, split_name: str, usage: dict, eval_start: float, harness: Path) -> dict:
     summary = backtest_summary(val_frame, log, split_name, restarts=job.restarts, train_wall=usage["train_wall_s"],
-                               eval_wall=time.time() - eval_start, harness_dir=harness, policy_dir=out / "policy")
+                               eval_wall=time.time() - eval_start, harness_dir=harness, policy_dir=Path(job.out) / "policy")
     summary["compute"] |= {"train_cpu_s": usage["train_cpu_s"], "train_max_rss_mb": usage["train_max_rss_mb"]}
+    if "turns" in val_frame:  # multi-turn: the val accuracy is the solve rate of greedy episodes
+        summary |= {f"{split_name}_solve_rate": float(val_frame["correct"].mean()),
+                    f"{split_name}_turns_mean": float(val_frame["turns"].mean()),
+                    f"{split_name}_submit_rate": float((val_frame["termination"] == "submitted").mean())}
     return summary
+
+
+def _evaluate_episodes(cfg, job: TrainJob, split_name: str, task, recipe: dict, model, tokenizer, device, seed: int,
+                       ids: dict):
+    """The multi-turn evaluation: greedy val episodes judged by the task's verify (which replays each
+    episode), the reward column from the sandboxed worker; exit rollouts are sampled probe episodes."""
+    import torch
+
+    from evotrainer.atomic import write_parquet
+    from evotrainer.backends.local import episodes
+    from evotrainer.contracts.harness import load_env
+    from evotrainer.sandbox.harness_code import harness_reward
+
+    out, harness = Path(job.out), Path(job.harness)
+    env_knobs = load_env(harness)
+    with harness_reward(harness, cfg.sandbox) as reward:
+        val_frame, val_turns = episodes.episode_rollouts(
+            model, tokenizer, read_split(Path(job.data_dir) / f"{split_name}.parquet"), task=task, recipe=recipe,
+            env_knobs=env_knobs, reward=reward, batch_size=cfg.rollout.eval_batch_size, env_workers=job.threads,
+            run=cfg.run, generation=job.generation, split=split_name, step=job.steps, **ids)
+        write_parquet(out / f"{split_name}_turns.parquet", val_turns)
+        evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
+        probe_path = Path(job.data_dir) / "probe.parquet"
+        if probe_path.exists():
+            probe = read_split(probe_path).head(EXIT_PROMPTS)
+            frame, turns = episodes.episode_rollouts(
+                model, tokenizer, probe, task=task, recipe=recipe, env_knobs=env_knobs, reward=reward,
+                group_size=recipe["group_size"], greedy=False, generator=torch.Generator(device=device).manual_seed(seed + 1),
+                env_workers=job.threads, run=cfg.run, generation=job.generation, split="probe", step=job.steps, **ids)
+            write_parquet(out / "exit_turns.parquet", turns)
+            evidence.write(frame, out / "exit_rollouts.parquet")
+    return val_frame
 
 
 def train_child(job_path: str) -> int:

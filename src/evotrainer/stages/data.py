@@ -13,11 +13,7 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
     """Write the named splits. The workflow makes train/val/probe up front and the test split only
     after the loop has finished (rule heldout), so nothing before evaluation can read it."""
     cfg = config(config_path)
-    task = task_of(cfg)
-    if getattr(task, "multi_turn", False):
-        raise SystemExit(f"task={cfg.task.name}: its rollouts are multi-turn episodes, which the workflow's trainer and "
-                         "rollout stages do not run yet; use evotrainer.backends.local.multiturn directly "
-                         "(docs/environments.md)")
+    task = task_of(cfg)  # multi-turn tasks (agentic): rows are environment instances
     splits = splits or ["train", "val", "probe"]
     sizes = {split: cfg.task.sizes[split] for split in splits}
     for split, frame in task.splits(sizes, cfg.task.seed).items():

@@ -1,5 +1,7 @@
 """Stage `init`: the starting policy (built in code or loaded), an optional SFT warm start on the task's
-reference responses, and the initial harness (the task's default unless harness.initial names one)."""
+reference responses, and the initial harness (the task's default unless harness.initial names one).
+Multi-turn tasks warm-start on the task's expert conversations (one per train instance) and report the
+greedy val solve rate."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
     task = task_of(cfg)
     initial_harness = Path(cfg.harness.initial) if cfg.harness.initial else task.default_harness()
     check_harness(initial_harness)
+    if getattr(task, "multi_turn", False):
+        return _init_multi_turn(cfg, task, initial_harness, device, data_dir, out_policy, out_harness, out_sft_log,
+                                out_metrics, threads)
     max_len = load_recipe(initial_harness)["max_response_len"]
     train = sft_frame(task, read_split(Path(data_dir) / "train.parquet"))
     val = read_split(Path(data_dir) / "val.parquet")
@@ -52,6 +57,49 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
     write_json(out_metrics, {
         "val_accuracy": val_accuracy,
         "sft_steps": int(log["step"].max()) if len(log) else 0,
+        "params": param_count(model),
+        "wall_s": time.time() - start,
+        "policy_id": runtime.policy_id(out_policy),
+    })
+
+
+def _init_multi_turn(cfg, task, initial_harness: Path, device, data_dir: str, out_policy: str, out_harness: str,
+                     out_sft_log: str, out_metrics: str, threads: int) -> None:
+    from evotrainer.backends.local import episodes
+    from evotrainer.contracts.harness import load_env
+    from evotrainer.policy.build import make_policy
+    from evotrainer.policy.tiny import param_count, save_policy
+
+    recipe, env_knobs = load_recipe(initial_harness), load_env(initial_harness)
+    sft = cfg.policy.sft
+    train = read_split(Path(data_dir) / "train.parquet")
+    val = read_split(Path(data_dir) / "val.parquet")
+    start = time.time()
+    conversations = episodes.demonstrations(task, train, workers=threads) if sft.max_steps > 0 else []
+    if sft.max_steps > 0 and not conversations:
+        raise ValueError(f"task={cfg.task.name}: no expert demonstration for any train instance; "
+                         "set policy.sft.max_steps=0 to start RL without a warm start")
+    # the tokenizer (qwen2_tiny) learns from the prompts and, where there are demonstrations, every turn of them
+    texts = pd.DataFrame({"prompt": conversations or list(train["prompt"]), "response": ""})
+    model, tokenizer = make_policy(cfg.policy, texts, device, cfg.seed, getattr(task, "alphabet", None))
+    log = (episodes.warm_start(model, tokenizer, conversations, steps=sft.max_steps, batch_size=sft.batch_size,
+                               lr=sft.lr, seed=cfg.seed)
+           if conversations else pd.DataFrame({"step": [], "loss": [], "val_accuracy": [], "wall_time_s": []}))
+    model.eval()
+    with runtime.autocast(device, cfg.trainer.precision):
+        val_accuracy = episodes.solve_rate(model, tokenizer, val, task=task, recipe=recipe, env_knobs=env_knobs,
+                                           batch_size=cfg.rollout.eval_batch_size, env_workers=threads)
+    if len(log):
+        log.loc[log.index[-1], "val_accuracy"] = val_accuracy
+    with atomic_dir(out_policy) as tmp:
+        save_policy(model.cpu(), tokenizer, tmp)
+    copy_tree(initial_harness, out_harness)
+    write_parquet(out_sft_log, log)
+    write_json(out_metrics, {
+        "val_accuracy": val_accuracy,
+        "val_solve_rate": val_accuracy,
+        "sft_steps": int(log["step"].max()) if len(log) else 0,
+        "sft_demonstrations": len(conversations),
         "params": param_count(model),
         "wall_s": time.time() - start,
         "policy_id": runtime.policy_id(out_policy),

@@ -1,7 +1,10 @@
 """Stage `rollout`: sample the generation's policy on the probe split -> rollouts.parquet (evidence).
-Correctness is the task's verify; the reward column comes from the harness reward in the sandbox."""
+Correctness is the task's verify; the reward column comes from the harness reward in the sandbox.
+Multi-turn tasks: one row per episode, and the per-turn table beside it (turns.parquet)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from evotrainer import runtime
 from evotrainer.contracts import evidence
@@ -20,7 +23,25 @@ def run(config_path: str, policy_dir: str, harness_dir: str, prompts_path: str, 
     ids = {"run": cfg.run, "generation": generation, "split": cfg.rollout.split, "step": 0,
            "policy_id": runtime.policy_id(policy_dir), "harness_id": harness_id(harness_dir), "seed": seed}
     with harness_reward(harness_dir, cfg.sandbox) as reward:
-        if cfg.rollout.name == "vllm":  # vLLM's offline engine (evotrainer.backends.vllm_rollout)
+        if getattr(task, "multi_turn", False):  # episodes: one evidence row each, and the per-turn table
+            if cfg.rollout.name != "hf":
+                raise ValueError(f"rollout={cfg.rollout.name}: multi-turn tasks are played by the local sampler; "
+                                 "use rollout=hf (verl runs episodes in its agent loop, docs/environments.md)")
+            from evotrainer.atomic import write_parquet
+            from evotrainer.backends.local import episodes
+            from evotrainer.contracts.harness import load_env
+            from evotrainer.policy.tiny import load_policy
+
+            device = runtime.setup_torch(threads, cfg.trainer.device)
+            import torch
+
+            model, tokenizer = load_policy(policy_dir, device)
+            frame, turns = episodes.episode_rollouts(
+                model, tokenizer, prompts, task=task, recipe=recipe, env_knobs=load_env(harness_dir), reward=reward,
+                group_size=recipe["group_size"], greedy=False, generator=torch.Generator(device=device).manual_seed(seed),
+                env_workers=threads, **ids)
+            write_parquet(Path(out).with_name("turns.parquet"), turns)  # before the rule's output: complete when it is
+        elif cfg.rollout.name == "vllm":  # vLLM's offline engine (evotrainer.backends.vllm_rollout)
             from evotrainer.backends import vllm_rollout
 
             outputs = vllm_rollout.sample(policy_dir, prompts, recipe, seed=seed,

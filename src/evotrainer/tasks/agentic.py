@@ -162,6 +162,12 @@ class AgenticTask(Task):
     def gates(self):
         return [reward_pays_for_actions, turn_inflation]
 
+    def interventions(self) -> tuple:
+        """The offline agent's env.yaml edits for this domain (``tasks.agentic_interventions``)."""
+        from evotrainer.tasks.agentic_interventions import AGENTIC_CATALOGUE
+
+        return AGENTIC_CATALOGUE
+
 
 @functools.lru_cache(maxsize=4096)
 def _expert(options_json: str, seed: int):

@@ -34,16 +34,15 @@ import torch
 
 from evotrainer import envs
 from evotrainer.backends.local.sampler import sample
+from evotrainer.contracts.harness import ENV_SCHEMA, check_env
 from evotrainer.contracts.task import metadata_of
 from evotrainer.envs.episode import ChatTokens, Episode, EpisodeSpec, conversation_tokens
 from evotrainer.policy.chat import eos_token_ids, pad_token_id
 
 CONTEXT_LIMIT = "context_limit"  # beside envs.TERMINATIONS: the conversation outgrew the policy's context
-# the harness's env.yaml: knob -> (type, low, high) or allowed values
-ENV_KNOBS = {"max_turns": (int, 1, 64), "max_observation_chars": (int, 100, 20000),
-             "episode_filter": ("none", "drop_context_limit", "drop_truncated", "drop_invalid")}
+ENV_KNOBS = ENV_SCHEMA  # the harness's env.yaml knobs (evotrainer.contracts.harness.ENV_SCHEMA)
 __all__ = ["CONTEXT_LIMIT", "ENV_KNOBS", "ChatTokens", "Episode", "EpisodeSpec", "check_env_knobs",
-           "conversation_tokens", "filter_episodes", "grpo_multiturn_step", "rollout", "score_episodes",
+           "conversation_tokens", "episode_extra_info", "filter_episodes", "grpo_multiturn_step", "rollout", "score_episodes",
            "sft_conversations", "specs_from_rows", "train"]
 
 
@@ -129,15 +128,30 @@ def rollout(model, tokenizer, specs: Sequence[EpisodeSpec], *, group_size: int, 
     return episodes
 
 
-def score_episodes(episodes: Sequence[Episode], reward_fn: Callable[..., float | dict]) -> np.ndarray:
-    """Call the harness reward once per episode (the reward contract above); fills reward, components
-    and turn_rewards; returns the rewards."""
+def episode_extra_info(ep: Episode) -> dict:
+    """The reward's extra_info for one episode (the reward contract above)."""
+    return {**ep.spec.metadata, "turns": ep.turns, "tool_calls": ep.tool_calls,
+            "invalid_actions": ep.invalid_actions, "termination": ep.termination,
+            "env_reward": ep.env_reward, "actions": list(ep.actions),
+            "per_turn": [{k: t[k] for k in ("turn", "tool", "valid", "observation_len", "reward")}
+                         for t in ep.per_turn]}
+
+
+def score_episodes(episodes: Sequence[Episode], reward_fn) -> np.ndarray:
+    """Score every episode with the harness reward (the reward contract above); fills reward, components
+    and turn_rewards; returns the rewards. ``reward_fn``: a compute_score callable (called once per
+    episode), or a batch reward object with ``score(rows)`` (the sandboxed reward worker: one call for
+    the batch; it returns scores and numeric components, so turn_rewards do not pass through it)."""
+    if hasattr(reward_fn, "score"):
+        rows = [{"data_source": ep.spec.data_source, "solution_str": ep.transcript(),
+                 "ground_truth": ep.spec.ground_truth, "extra_info": episode_extra_info(ep)} for ep in episodes]
+        scores, components = reward_fn.score(rows) if rows else (np.zeros(0), {})
+        for i, ep in enumerate(episodes):
+            ep.reward = float(scores[i])
+            ep.components = {k: float(v[i]) for k, v in components.items()}
+        return np.array([ep.reward for ep in episodes], dtype=float)
     for ep in episodes:
-        extra = {**ep.spec.metadata, "turns": ep.turns, "tool_calls": ep.tool_calls,
-                 "invalid_actions": ep.invalid_actions, "termination": ep.termination,
-                 "env_reward": ep.env_reward, "actions": list(ep.actions),
-                 "per_turn": [{k: t[k] for k in ("turn", "tool", "valid", "observation_len", "reward")}
-                              for t in ep.per_turn]}
+        extra = episode_extra_info(ep)
         out = reward_fn(ep.spec.data_source, ep.transcript(), ep.spec.ground_truth, extra)
         if isinstance(out, dict):
             if "score" not in out:
@@ -263,19 +277,9 @@ def grpo_multiturn_step(model, optimizer, episodes: Sequence[Episode], recipe: d
 
 
 def check_env_knobs(knobs: dict | None) -> dict:
-    """The harness's env.yaml values, checked against ENV_KNOBS (errors name the knob and the range)."""
-    knobs = dict(knobs or {})
-    unknown = set(knobs) - set(ENV_KNOBS)
-    if unknown:
-        raise ValueError(f"env.yaml: unknown knob(s) {sorted(unknown)}; knobs: {sorted(ENV_KNOBS)}")
-    for key, value in knobs.items():
-        spec = ENV_KNOBS[key]
-        if spec[0] is int:
-            if isinstance(value, bool) or not isinstance(value, int) or not spec[1] <= value <= spec[2]:
-                raise ValueError(f"env.yaml: {key}={value!r} must be an integer in [{spec[1]}, {spec[2]}]")
-        elif value not in spec:
-            raise ValueError(f"env.yaml: {key}={value!r} must be one of {list(spec)}")
-    return knobs
+    """The harness's env.yaml values, checked against the contract's ENV_SCHEMA (errors name the knob
+    and its range; HarnessError is a ValueError)."""
+    return check_env(dict(knobs or {}))
 
 
 def specs_from_rows(rows: pd.DataFrame) -> list[EpisodeSpec]:
@@ -339,7 +343,9 @@ def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward_fn: Callabl
         row = {"step": step, **_episode_stats(played), **{k: metrics.get(k, float("nan")) for k in
                ("entropy", "kl", "clip_frac", "loss", "grad_norm")},
                "kept_groups": len({ep.group for ep in kept}), "sampled_groups": len({ep.group for ep in played}),
-               "samples_generated": len(played), "sample_time_s": sample_time, "wall_time_s": time.time() - start}
+               "samples_generated": len(played), "generated_tokens": sum(ep.response_tokens for ep in played),
+               "trained_tokens": sum(ep.response_tokens for ep in kept),
+               "sample_time_s": sample_time, "wall_time_s": time.time() - start}
         log.append(row)
         if on_step:
             on_step(row)

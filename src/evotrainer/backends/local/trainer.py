@@ -1,5 +1,6 @@
 """The local trainer backend: GRPO in this process from the parent policy, restart chunks as the
-protocol asks, the trained policy saved to ``out/policy``. Trusted code only: the reward arrives as an
+protocol asks, the trained policy saved to ``out/policy``. Multi-turn tasks train with the masked
+multi-turn GRPO of ``multiturn.py`` under the harness's env.yaml. Trusted code only: the reward arrives as an
 object (the sandboxed worker), the curriculum as weights computed in the sandbox."""
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
     model, tokenizer = load_policy(job.parent_policy, device)
     if job.steps % job.restarts:
         raise ValueError(f"steps ({job.steps}) must divide evenly into {job.restarts} restarts")
+    # multi-turn tasks (agentic): GRPO over whole episodes, with the harness's env.yaml knobs
+    multi_turn = bool(getattr(task, "multi_turn", False))
+    if multi_turn:
+        from evotrainer.backends.local.multiturn import train as multiturn_train
+        from evotrainer.contracts.harness import load_env
+
+        env_knobs = load_env(job.harness)
+        if job.budget_unit != "steps":
+            raise ValueError(f"search.budget_unit={job.budget_unit}: multi-turn training counts optimizer steps only; "
+                             f"set search.budget_unit=steps for task={cfg.task.name}")
     seed = runtime.seed_for(cfg.seed, job.generation, job.seed_index)
     out = Path(job.out)
     heartbeat = out / "progress.json"  # the supervising stage reads it to tell a hang from slow progress
@@ -39,9 +50,14 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
         def beat(row: dict, chunk: int = chunk) -> None:
             write_json(heartbeat, {"step": int(row["step"]) + chunk * chunk_steps, "steps": job.steps, "time": time.time()})
 
-        chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
-                               weights=weights, precision=cfg.trainer.precision, on_step=beat,
-                               budget_unit=job.budget_unit, budget=job.budget // job.restarts)
+        if multi_turn:
+            chunk_log = multiturn_train(model, tokenizer, recipe, pool, reward, steps=chunk_steps, seed=seed + chunk,
+                                        env_knobs=env_knobs, weights=weights, on_step=beat, env_workers=job.threads,
+                                        max_context=int(model.config.max_position_embeddings))
+        else:
+            chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
+                                   weights=weights, precision=cfg.trainer.precision, on_step=beat,
+                                   budget_unit=job.budget_unit, budget=job.budget // job.restarts)
         done = sum(len(log) for log in logs)
         logs.append(chunk_log.assign(step=chunk_log["step"] + (chunk * chunk_steps if job.budget_unit == "steps" else done)))
     model.eval()
