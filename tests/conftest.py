@@ -84,3 +84,38 @@ def backtests(tmp_path_factory, tiny_policy, splits):
                      str(root / "backtest" / cid), generation=0, steps=20)
         results[cid] = root / "backtest" / cid
     return results
+
+
+# The shared end-to-end run (tests/e2e.py): session fixtures here, so that every module using them
+# (test_workflow, test_skills) gets the same run, built once.
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory) -> Path:
+    """User candidates that must fail alone: prose instead of a diff, and an out-of-schema lr."""
+    folder = tmp_path_factory.mktemp("planted")
+    (folder / "a_prose.diff").write_text("Please lower the learning rate a bit.\n")
+    from evotrainer.contracts.harness import DEFAULT_HARNESS
+
+    recipe = (DEFAULT_HARNESS / "recipe.yaml").read_text()
+    from evotrainer.agents.heuristic import unified_diff
+
+    (folder / "b_lr_too_high.diff").write_text(unified_diff("recipe.yaml", recipe, recipe.replace("lr: 2.0e-4", "lr: 0.5")))
+    from tests.hacks import hack_diff
+
+    # reward hacks that train fine and must be vetoed at select, whatever they score
+    (folder / "c_pay_for_length.diff").write_text(hack_diff("pay_for_length"))
+    (folder / "d_format_only.diff").write_text(hack_diff("format_only"))
+    # diagnostics-only changes: never trained, backtested on the archived branches instead
+    from tests.test_diagnostic_backtest import DIFFS
+
+    (folder / "e_diag_crash.diff").write_text(DIFFS["crash"])
+    (folder / "f_diag_flags_everything.diff").write_text(DIFFS["everything"])
+    return folder
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, planted) -> Path:
+    workdir = tmp_path_factory.mktemp("e2e")
+    from tests.e2e import run_snakemake
+
+    run_snakemake(workdir, planted, timeout=1800)  # ~3 min alone; generous for a loaded machine
+    return workdir / "results" / "default"

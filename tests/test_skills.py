@@ -244,7 +244,6 @@ def test_feedback_changes_the_proposals(harness):
 
 # ------------------------------------------------------------------------------------------ end to end
 
-from tests.test_workflow import finished_run, planted  # noqa: E402, F401  (the e2e run, built once per session)
 
 
 @pytest.mark.e2e

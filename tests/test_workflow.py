@@ -8,68 +8,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from evotrainer.contracts import evidence, lineage
-from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
+from evotrainer.contracts.harness import load_recipe
+from tests.e2e import BUDGET, REPO, evotrainer, run_snakemake, snakemake_cmd
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
-
-
-# noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval; a compute
-# budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples)
-BUDGET = 12 * 32 * 8
-QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
-         "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true"]
-
-
-def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--cores", "2", *extra, "--config", *QUICK, f"agent__extra_candidates={planted}"]
-
-
-def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evotrainer.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
-
-
-def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
-    result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
-
-
-@pytest.fixture(scope="session")
-def planted(tmp_path_factory) -> Path:
-    """User candidates that must fail alone: prose instead of a diff, and an out-of-schema lr."""
-    folder = tmp_path_factory.mktemp("planted")
-    (folder / "a_prose.diff").write_text("Please lower the learning rate a bit.\n")
-    recipe = (DEFAULT_HARNESS / "recipe.yaml").read_text()
-    from evotrainer.agents.heuristic import unified_diff
-
-    (folder / "b_lr_too_high.diff").write_text(unified_diff("recipe.yaml", recipe, recipe.replace("lr: 2.0e-4", "lr: 0.5")))
-    from tests.hacks import hack_diff
-
-    # reward hacks that train fine and must be vetoed at select, whatever they score
-    (folder / "c_pay_for_length.diff").write_text(hack_diff("pay_for_length"))
-    (folder / "d_format_only.diff").write_text(hack_diff("format_only"))
-    # diagnostics-only changes: never trained, backtested on the archived branches instead
-    from tests.test_diagnostic_backtest import DIFFS
-
-    (folder / "e_diag_crash.diff").write_text(DIFFS["crash"])
-    (folder / "f_diag_flags_everything.diff").write_text(DIFFS["everything"])
-    return folder
-
-
-@pytest.fixture(scope="session")
-def finished_run(tmp_path_factory, planted) -> Path:
-    workdir = tmp_path_factory.mktemp("e2e")
-    run_snakemake(workdir, planted, timeout=1800)  # ~3 min alone; generous for a loaded machine
-    return workdir / "results" / "default"
 
 
 def test_dry_run_shows_the_plan(tmp_path, planted):
@@ -281,8 +228,10 @@ def test_cli_commands_on_a_finished_run(finished_run):
 def test_headline_target_compares_every_arm_over_seeds(tmp_path):
     """`snakemake headline` in a workdir of its own, sized down (1 generation, 1 candidate, 1 training seed):
     per seed the loop, both fixed-recipe baselines and the search-control and random-search loops."""
+    budget = 6 * 32 * 8  # 6 steps of the quick recipe
     cheap = ["experiment=quick", "search__headline_seeds=2", "search__generations=1", "agent__max_candidates=1",
-             "search__budget_unit=responses", f"search__budget={BUDGET}"]
+             "search__steps_per_generation=6", "policy__sft__max_steps=60",
+             "search__budget_unit=responses", f"search__budget={budget}"]
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
            "--cores", "2", "headline", "--config", *cheap]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
@@ -310,7 +259,7 @@ def test_headline_target_compares_every_arm_over_seeds(tmp_path):
                 assert proposal["seed_offset"] == 1 and metrics["harness_id"] == json.loads(
                     (run / "gen0" / "backtest" / "control" / "metrics.json").read_text())["harness_id"]
             if metrics["status"] == "ok":
-                assert metrics["compute"]["sampled_responses"] == BUDGET
+                assert metrics["compute"]["sampled_responses"] == budget
             assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
     assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 

@@ -1,0 +1,32 @@
+"""The shared end-to-end run's configuration and the helpers that run the real `snakemake` CLI (the
+session fixtures `planted` and `finished_run` in conftest.py use them; one run serves every test module)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval; a compute
+# budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples)
+BUDGET = 12 * 32 * 8
+QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
+         "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true"]
+
+
+def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--cores", "2", *extra, "--config", *QUICK, f"agent__extra_candidates={planted}"]
+
+
+def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evotrainer.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
+    result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
