@@ -69,3 +69,9 @@ def test_a_compute_budget_needs_an_amount_and_scales_with_the_arm():
     assert compute_budget(cfg, 12) == {"budget_unit": "responses", "budget": 6144}  # a backtest
     assert compute_budget(cfg, 36) == {"budget_unit": "responses", "budget": 3 * 6144}  # the baseline
     assert compute_budget(compose([]), 200) == {"budget_unit": "steps", "budget": 0}
+
+
+def test_multi_turn_tasks_refuse_compute_budgets():
+    with pytest.raises(ConfigError, match="multi-turn episodes"):
+        compose(["task=agentic", "search.baseline_matched=true"])
+    assert compose(["task=agentic"]).search.budget_unit == "steps"

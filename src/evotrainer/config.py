@@ -331,6 +331,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
+    if merged.search.budget_unit != "steps" or merged.search.baseline_matched:
+        from evotrainer.tasks import is_multi_turn
+
+        if is_multi_turn(merged.task.name):
+            raise ConfigError(f"config: task={merged.task.name} trains multi-turn episodes, which count optimizer steps "
+                              "only: set search.budget_unit=steps and search.baseline_matched=false")
     if merged.search.baseline_matched and merged.trainer.name != "local":
         raise ConfigError("config: search.baseline_matched trains under a responses budget, which only the local "
                           f"trainer implements (trainer.name={merged.trainer.name})")

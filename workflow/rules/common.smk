@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate, write_run_configs
+from evotrainer.tasks import is_multi_turn
 
 # Snakemake resolves dependencies recursively and every generation nests ~6 levels (promote -> select
 # -> backtest -> policy -> ...); Python's default limit of 1000 breaks the DAG near 100 generations.
@@ -39,7 +40,8 @@ RUN_CONFIGS = {RUN: CFG} | {
     name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed, "skills": {
         "library_dir": CFG.skills.library_dir or f"{RESULTS}/{name}/skill_library"},
         # the headline also answers "at equal samples?" (local trainer: it implements the responses budget)
-        "search": {"baseline_matched": CFG.search.baseline_matched or CFG.trainer.name == "local"}}))
+        "search": {"baseline_matched": CFG.search.baseline_matched
+                   or (CFG.trainer.name == "local" and not is_multi_turn(CFG.task.name))}}))
     for name, seed in HEADLINE_RUNS.items()
 }
 # The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py) proposing as

@@ -66,6 +66,11 @@ def _resolve(name: str) -> Callable[..., Task]:
     return factory
 
 
+def is_multi_turn(name: str) -> bool:
+    """Whether the task's rollouts are multi-turn episodes (its factory's ``multi_turn``)."""
+    return bool(getattr(_resolve(name), "multi_turn", False))
+
+
 def options_from_config(task_conf) -> dict:
     """The options a config's ``task`` group gives its task: the fields named by the task's
     ``config_keys`` plus everything under ``task.options`` (plain Python values, not OmegaConf nodes)."""
