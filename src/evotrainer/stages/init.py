@@ -24,7 +24,6 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
     from evotrainer.backends.local.scoring import greedy_accuracy
     from evotrainer.backends.local.sft import sft_frame, warm_start
     from evotrainer.policy.build import make_policy
-    from evotrainer.policy.tiny import param_count, save_policy
 
     task = task_of(cfg)
     initial_harness = Path(cfg.harness.initial) if cfg.harness.initial else task.default_harness()
@@ -49,13 +48,20 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
         target_val_accuracy=sft.target_val_accuracy, eval_every=sft.eval_every, seed=cfg.seed, max_len=max_len,
         evaluate=lambda: accuracy(sft_val),
     ) if sft.max_steps > 0 and len(train) else pd.DataFrame({"step": [], "loss": [], "val_accuracy": [], "wall_time_s": []})
-    val_accuracy = accuracy(val)
+    _write_outputs(model, tokenizer, log, {"val_accuracy": accuracy(val)}, start, initial_harness, out_policy,
+                   out_harness, out_sft_log, out_metrics)
+
+
+def _write_outputs(model, tokenizer, log: pd.DataFrame, metrics: dict, start: float, initial_harness, out_policy: str,
+                   out_harness: str, out_sft_log: str, out_metrics: str) -> None:
+    """The warm-started policy, the initial harness, the SFT log, and metrics.json written last."""
+    from evotrainer.policy.tiny import param_count, save_policy
+
     with atomic_dir(out_policy) as tmp:
         save_policy(model.cpu(), tokenizer, tmp)
     copy_tree(initial_harness, out_harness)
     write_parquet(out_sft_log, log)
-    write_json(out_metrics, {
-        "val_accuracy": val_accuracy,
+    write_json(out_metrics, metrics | {
         "sft_steps": int(log["step"].max()) if len(log) else 0,
         "params": param_count(model),
         "wall_s": time.time() - start,
@@ -68,7 +74,6 @@ def _init_multi_turn(cfg, task, initial_harness: Path, device, data_dir: str, ou
     from evotrainer.backends.local import episodes
     from evotrainer.contracts.harness import load_env
     from evotrainer.policy.build import make_policy
-    from evotrainer.policy.tiny import param_count, save_policy
 
     recipe, env_knobs = load_recipe(initial_harness), load_env(initial_harness)
     sft = cfg.policy.sft
@@ -91,16 +96,6 @@ def _init_multi_turn(cfg, task, initial_harness: Path, device, data_dir: str, ou
                                            batch_size=cfg.rollout.eval_batch_size, env_workers=threads)
     if len(log):
         log.loc[log.index[-1], "val_accuracy"] = val_accuracy
-    with atomic_dir(out_policy) as tmp:
-        save_policy(model.cpu(), tokenizer, tmp)
-    copy_tree(initial_harness, out_harness)
-    write_parquet(out_sft_log, log)
-    write_json(out_metrics, {
-        "val_accuracy": val_accuracy,
-        "val_solve_rate": val_accuracy,
-        "sft_steps": int(log["step"].max()) if len(log) else 0,
-        "sft_demonstrations": len(conversations),
-        "params": param_count(model),
-        "wall_s": time.time() - start,
-        "policy_id": runtime.policy_id(out_policy),
-    })
+    _write_outputs(model, tokenizer, log, {"val_accuracy": val_accuracy, "val_solve_rate": val_accuracy,
+                                           "sft_demonstrations": len(conversations)}, start, initial_harness,
+                   out_policy, out_harness, out_sft_log, out_metrics)
