@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from evotrainer.contracts.harness import HARNESS_FILES
+from evotrainer.contracts.harness import EDITABLE_FILES
 
 MAX_ROWS = 50
 MAX_EXAMPLES = 20
@@ -44,7 +44,7 @@ TOOL_SPECS: list[dict] = [
     {
         "name": "read_harness_file",
         "description": "Read one file of the parent harness (the files your diff may edit).",
-        "parameters": {"type": "object", "properties": {"file": {"type": "string", "enum": list(HARNESS_FILES)}},
+        "parameters": {"type": "object", "properties": {"file": {"type": "string", "enum": list(EDITABLE_FILES)}},
                        "required": ["file"], "additionalProperties": False},
     },
     {
@@ -180,8 +180,8 @@ class Toolbox:
         return cap(getattr(self, name)(**_known_args(name, arguments)), self.max_chars)
 
     def read_harness_file(self, file: str) -> str:
-        if file not in HARNESS_FILES:
-            raise ToolError(f"read_harness_file: {file!r} is not a harness file; choose one of {list(HARNESS_FILES)}")
+        if file not in EDITABLE_FILES:  # env.yaml only where the harness has one
+            raise ToolError(f"read_harness_file: {file!r} is not a harness file; choose one of {list(EDITABLE_FILES)}")
         root = self.harness_dir.resolve()
         path = (root / file).resolve()
         if path.parent != root or not path.is_file():  # a symlink out of the harness is refused too
