@@ -75,3 +75,24 @@ def test_multi_turn_tasks_refuse_compute_budgets():
     with pytest.raises(ConfigError, match="multi-turn episodes"):
         compose(["task=agentic", "search.baseline_matched=true"])
     assert compose(["task=agentic"]).search.budget_unit == "steps"
+
+
+def test_the_equal_samples_arm_matches_the_promoted_path_per_seed_in_the_budget_unit(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from evotrainer.contracts import lineage
+    from evotrainer.stages.backtest import matched_budget
+
+    def row(cid, verdict, responses, tokens):
+        return {"generation": 0, "candidate_id": cid, "verdict": verdict,
+                "compute": json.dumps({"sampled_responses": responses, "generated_tokens": tokens})}
+
+    path = tmp_path / "lineage.parquet"
+    lineage.write_generation(path, pd.DataFrame([row("control", "rejected", 512, 1500), row("c1", "promoted", 1024, 4000),
+                                                 row("c2", "failed", 9999, 9999)]))
+    cfg = compose(["search.seeds=2"])
+    assert matched_budget(cfg, str(path)) == {"budget_unit": "responses", "budget": 512}  # 1024 over 2 seeds
+    cfg = compose(["search.seeds=2", "search.budget_unit=tokens", "search.budget=100"])
+    assert matched_budget(cfg, str(path)) == {"budget_unit": "tokens", "budget": 2000}

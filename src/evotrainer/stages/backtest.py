@@ -124,14 +124,16 @@ def compute_budget(cfg, steps: int) -> dict:
 
 
 def matched_budget(cfg, lineage_path: str) -> dict:
-    """The responses the promoted path sampled, per training seed (its backtests' compute records)."""
+    """What the promoted path sampled per training seed (its backtests' compute records): generated tokens
+    when the search budgets tokens, else sampled responses."""
     from evotrainer.contracts import lineage
     from evotrainer.stages.summary import arm_compute
 
-    responses = arm_compute(lineage.read(lineage_path), None)["promoted_path"]["sampled_responses"]
-    if responses <= 0:
+    unit, key = ("tokens", "generated_tokens") if cfg.search.budget_unit == "tokens" else ("responses", "sampled_responses")
+    spent = arm_compute(lineage.read(lineage_path), None)["promoted_path"][key]
+    if spent <= 0:
         raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
-    return {"budget_unit": "responses", "budget": int(responses) // cfg.search.seeds}
+    return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}
 
 
 def supervise(job: TrainJob, hang_s: float) -> dict:
