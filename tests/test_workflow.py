@@ -231,6 +231,8 @@ def test_headline_target_compares_every_arm_over_seeds(tmp_path):
     budget = 6 * 32 * 8  # 6 steps of the quick recipe
     cheap = ["experiment=quick", "search__headline_seeds=2", "search__generations=1", "agent__max_candidates=1",
              "search__steps_per_generation=6", "policy__sft__max_steps=60",
+             "overrides=[task.sizes.train=600,task.sizes.val=60,task.sizes.test=60,task.sizes.probe=16,"
+             "policy.sft.eval_prompts=60]",
              "search__budget_unit=responses", f"search__budget={budget}"]
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
            "--cores", "2", "headline", "--config", *cheap]
