@@ -56,6 +56,38 @@ def test_verl_ground_truth_as_given(task):
     assert tasks.load("code").verify(fenced(solution), truth).correct
 
 
+def test_verl_code_parquet_from_data_dir(tmp_path):
+    # verl's code files as its data pipelines write them: chat prompt, reward_model {style, ground_truth JSON},
+    # data_source codecontests / apps / taco / codeforces; a reference solution in extra_info
+    sources = ["codecontests", "apps", "taco", "codeforces"]
+    for split, n, first in (("train", 8, 2), ("val", 4, 20), ("test", 4, 30)):  # distinct problems per split
+        rows = []
+        for i in range(n):
+            k = first + i
+            truth = {"inputs": [f"{x}\n" for x in (1, 5, 9)], "outputs": [f"{x * k}\n" for x in (1, 5, 9)]}
+            rows.append({"data_source": sources[i % 4],
+                         "prompt": [{"role": "user", "content": f"Read x, print x*{k}. Answer in ```python```."}],
+                         "ability": "code", "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
+                         "extra_info": {"index": i, "solution": f"print(int(input()) * {k})"}})
+        pd.DataFrame(rows).to_parquet(tmp_path / f"{split}.parquet")
+    task = tasks.load("code", source="verl", data_dir=str(tmp_path), time_limit_s=2.0)
+    splits = task.splits({"train": 6, "val": 4, "test": 4}, seed=0)
+    assert {len(f) for f in splits.values()} == {6, 4} and set(splits["train"]["data_source"]) <= set(sources)
+    for row in splits["val"].to_dict("records"):
+        good = task.verify(task.reference_response(row), row["ground_truth"], row["metadata"])
+        assert good.correct and good.details["passed"] == good.details["total"] == 3, good
+        bad = task.verify(fenced("print(int(input()) + 1)"), row["ground_truth"], row["metadata"])
+        assert bad.failure_category == "wrong_answer" and bad.details["outcomes"].count("passed") < 3
+    with pytest.raises(tasks.TaskError, match="data_dir"):
+        tasks.load("code", source="verl")
+    # real programs need more than the embedded one-liners' 32 tokens: the default recipe follows the source
+    from evotrainer.contracts.harness import load_recipe
+
+    assert load_recipe(task.default_harness())["max_response_len"] == 2048
+    assert load_recipe(tasks.load("code", source="humaneval").default_harness())["max_response_len"] == 1024
+    assert load_recipe(tasks.load("code").default_harness())["max_response_len"] == 32
+
+
 def test_comparison_rules():
     assert stdout_matches("1 2\n3\n\n", "1 2\n3")
     assert stdout_matches("1  2\r\n3", "1 2\n3")
@@ -123,6 +155,10 @@ def test_reward_reads_the_verifiers_outcome_and_never_runs_code(task):
     for response, expected in ((task.reference_response(row), 1.0), ("```\nf=lambda x:x\n```", 0.0)):
         v = task.verify(response, row["ground_truth"], row["metadata"])
         assert reward("code_fn", response, row["ground_truth"], {"verification": reward_outcome(v)})["score"] == expected
+        # the per-test outcomes reach the reward (a harness may pay for the tests passed without running anything)
+        outcomes = reward_outcome(v)["outcomes"]
+        assert len(outcomes) == v.details["total"] and outcomes.count("passed") == v.details["passed"]
+        assert set(outcomes) <= {"passed", "wrong_answer", "runtime_error", "timeout", "memory", "syntax_error"}
     # no verifier outcome: no reward, whatever the text says
     assert reward("code_fn", task.reference_response(row), row["ground_truth"], {})["score"] == 0.0
 

@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +89,8 @@ def hostile(canary, port) -> dict[str, tuple[str, str]]:
 
 def test_hostile_programs_get_their_category_and_change_nothing(task, canary, listener):
     port, accepted = listener
+    escape = Path("/tmp/escape.txt")  # what write_tmp aims at on the host
+    escape.unlink(missing_ok=True)
     before = snapshot(canary)
     results = {}
     for name, (program, expected) in hostile(canary, port).items():
@@ -99,6 +102,7 @@ def test_hostile_programs_get_their_category_and_change_nothing(task, canary, li
     wrong = {name: r for name, r in results.items() if r[0] != r[1]}
     assert not wrong, wrong
     assert snapshot(canary) == before
+    assert not escape.exists(), "a program wrote to the host's /tmp"
     assert not accepted
     assert all(seconds < 5 for _, _, seconds, _ in results.values()), results
 

@@ -233,7 +233,7 @@ class SearchConf:
     baseline_matched: bool = False  # also the fixed recipe trained on as many sampled responses as the promoted path
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
-    selection: str = one_of("greedy", "greedy", "bootstrap")
+    selection: str = one_of("bootstrap", "greedy", "bootstrap")
     confidence: float = between(0.95, 0.5, 0.999)
     headline_seeds: int = between(5, 1, 100)
     headline_search_arms: bool = True  # the headline also runs the search-control and random-search loops per seed

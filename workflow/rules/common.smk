@@ -33,6 +33,8 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
 R = f"{RESULTS}/{{run}}"  # prefix of every per-run path pattern
 
 # The headline experiment: the same config under seeds 0..S-1, as runs <run>-seed<s>.
+# Multi-turn tasks also write per-turn tables beside their rollouts (declared outputs of rollout and evaluate)
+MULTI_TURN = is_multi_turn(CFG.task.name)
 HEADLINE_RUNS = {f"{RUN}-seed{s}": s for s in range(CFG.search.headline_seeds)}
 # Each seed learns from its own skill library (independent seeds); one shared library only when
 # skills.library_dir is set explicitly, which headline.json then records as shared.

@@ -23,6 +23,7 @@ rule evaluate:
     output:
         metrics=f"{R}/eval/{{arm}}/test_metrics.json",
         rollouts=f"{R}/eval/{{arm}}/test_rollouts.parquet",
+        **({"turns": f"{R}/eval/{{arm}}/test_rollouts_turns.parquet"} if MULTI_TURN else {}),
     params:
         evo=EVO,
         conf=run_config,

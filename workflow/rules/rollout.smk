@@ -4,7 +4,8 @@ rule rollout:
         harness=f"{R}/gen{{g}}/harness",
         prompts=f"{R}/data/{CFG.rollout.split}.parquet",
     output:
-        f"{R}/gen{{g}}/rollouts.parquet",
+        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
+        **({"turns": f"{R}/gen{{g}}/turns.parquet"} if MULTI_TURN else {}),
     params:
         evo=EVO,
         conf=run_config,
@@ -17,4 +18,4 @@ rule rollout:
         ENVS["train-gpu"]
     shell:
         "{params.evo} rollout --config {params.conf} --policy {input.policy} --harness {input.harness}"
-        " --prompts {input.prompts} --out {output} --generation {wildcards.g} --threads {threads} > {log} 2>&1"
+        " --prompts {input.prompts} --out {output.rollouts} --generation {wildcards.g} --threads {threads} > {log} 2>&1"

@@ -37,7 +37,7 @@ from evotrainer.contracts.task import Task, TaskError, Verification, messages, m
 from evotrainer.sandbox.program_runner import ProgramRunner
 from evotrainer.tasks.code_data import humaneval, procedural
 from evotrainer.tasks.code_data.judge import TestSpec, extract_code, judge, parse_tests
-from evotrainer.tasks.harnesses import complete
+from evotrainer.tasks.harnesses import complete, with_recipe_values
 
 HARNESS = Path(__file__).parent / "harnesses" / "code"
 SOURCES = ("embedded", "verl", "humaneval")
@@ -167,7 +167,11 @@ class CodeTask(Task):
         return None
 
     def default_harness(self) -> Path:
-        return complete(HARNESS)  # recipe, reward, diagnostics of its own; the generic curriculum
+        harness = complete(HARNESS)  # recipe, reward, diagnostics of its own; the generic curriculum
+        if self.source == "embedded":
+            return harness
+        # real programs are longer than the embedded one-liners: the recipe's response length follows the source
+        return with_recipe_values(harness, {"max_response_len": self.max_response_len})
 
     def interventions(self) -> tuple:
         from evotrainer.tasks.code_interventions import CODE_CATALOGUE
@@ -243,7 +247,9 @@ def reward_outcome(verification: Verification) -> dict:
 
 def _details(spec: TestSpec, visible: TestSpec | None, hidden, exec_time_s: float, seen=None) -> dict:
     out = {"passed": int(sum(hidden.passed)) if hidden else 0, "total": len(spec), "exec_time_s": round(exec_time_s, 6),
-           "error": hidden.error if hidden else None}
+           "error": hidden.error if hidden else None,
+           # per hidden test, in order: "passed" or its failure category (empty when no program was found)
+           "outcomes": ["passed" if c is None else c for c in hidden.categories] if hidden else []}
     if visible is not None:
         out |= {"visible_passed": int(sum(seen.passed)) if seen else 0, "visible_total": len(visible)}
     return out

@@ -29,3 +29,19 @@ def complete(folder: Path) -> Path:
             for name, path in sources.items():
                 shutil.copyfile(path, tmp / name)
     return target
+
+
+def with_recipe_values(folder: Path, values: dict) -> Path:
+    """``folder`` (a complete harness) with recipe.yaml's ``key: value`` lines set to ``values``, comments
+    kept: a content-addressed copy in the temp directory (a task whose sources need other defaults)."""
+    from evotrainer.agents.heuristic import set_recipe_values
+
+    recipe = set_recipe_values((folder / "recipe.yaml").read_text(encoding="utf-8"), values)
+    digest = hashlib.sha256(recipe.encode() + b"\0" + str(folder).encode()).hexdigest()[:12]
+    target = Path(tempfile.gettempdir()) / f"evotrainer-harness-{folder.name}-{digest}"
+    if not all((target / name).is_file() for name in HARNESS_FILES):
+        with atomic_dir(target) as tmp:
+            for name in HARNESS_FILES:
+                shutil.copyfile(folder / name, tmp / name)
+            (tmp / "recipe.yaml").write_text(recipe, encoding="utf-8")
+    return target

@@ -10,6 +10,7 @@ passes its outcome in ``extra_info["verification"]`` (the extra_info contract of
     visible_passed, visible_total   int   the prompt's visible examples (only where the task has them)
     exec_time_s       float  summed test time
     error             str    the first failing test's exception name (or compile error); None if correct
+    outcomes          list   per hidden test, in order: "passed" or its failure category
 
 Without that key (a trainer that did not run the verifier first) the score is 0 and ``verified`` is 0.
 Default: all-or-nothing on the hidden tests. The constants below are what a harness change tunes.
