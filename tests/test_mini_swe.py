@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -163,6 +164,47 @@ def test_harness_reward_pays_solved_episodes_and_optional_turn_credit(tmp_path):
     default = (DEFAULT_HARNESS / "recipe.yaml").read_text()
     keys = [line.split(":")[0] for line in recipe.splitlines() if line and not line.startswith("#")]
     assert keys == [line.split(":")[0] for line in default.splitlines() if line and not line.startswith("#")]
+
+
+def test_turn_credit_passes_through_the_sandboxed_reward_worker(tmp_path):
+    """The worker is the reward's only home in the workflow: turn-level credit crosses it, checked in the
+    trusted process; a reward returning unusable credit fails with reward_error."""
+    import shutil
+
+    from evotrainer.agents.heuristic import unified_diff
+    from evotrainer.sandbox.reward_worker import RewardWorker
+    from evotrainer.sandbox.runner import SandboxError
+    from evotrainer.tasks.agentic_interventions import AGENTIC_CATALOGUE
+
+    source = tasks.load("agentic").default_harness()
+    files = {p.name: p.read_text() for p in source.iterdir() if p.is_file()}
+    (turn_credit,) = [i for i in AGENTIC_CATALOGUE if i.name == "turn_credit"]
+    edited = turn_credit.edit({}, files)  # the heuristic agent's intervention: TURN_CREDIT = 0.1
+    assert edited and "TURN_CREDIT = 0.1" in edited["reward.py"]
+    assert unified_diff("reward.py", files["reward.py"], edited["reward.py"]).startswith("--- a/reward.py")
+    per_turn = [{"turn": 1, "tool": "replace", "valid": True}, {"turn": 2, "tool": "run_tests", "valid": True},
+                {"turn": 3, "tool": None, "valid": False}]
+    rows = [{"data_source": "agentic", "solution_str": "...", "ground_truth": "{}",
+             "extra_info": {"env_reward": 1.0, "per_turn": per_turn, "invalid_actions": 1}}] * 2
+
+    def harness(name: str, reward_text: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(source, folder)
+        (folder / "reward.py").write_text(reward_text)
+        return folder
+
+    with RewardWorker(harness("credit", edited["reward.py"]), isolation="process") as worker:
+        scores, components, turns = worker.score_turns(rows)
+        assert scores.tolist() == [1.0, 1.0] and turns == [[0.0, 0.1, -0.1]] * 2
+        assert "turn_rewards" not in components
+        assert worker.score(rows)[0].tolist() == [1.0, 1.0]  # single-turn callers never see the key
+    for i, bad in enumerate(("'many'", "[float('nan')]", "[0.0] * 100000")):
+        text = f"def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
+               f"    return {{'score': 1.0, 'turn_rewards': {bad}}}\n"
+        with RewardWorker(harness(f"bad{i}", text), isolation="process") as worker:
+            with pytest.raises(SandboxError) as err:
+                worker.score_turns(rows)
+            assert err.value.label == "reward_error", bad
 
 
 def _episodes_frame():

@@ -51,6 +51,19 @@ def set_recipe_values(recipe_text: str, changes: dict) -> str:
     return out
 
 
+def set_constant(file: str, name: str, value: float):
+    """An edit setting ``NAME = value`` in a harness file (None where it already has that value)."""
+    pattern = re.compile(rf"^{name} = ([^\s#]+)", re.MULTILINE)
+
+    def edit(recipe: dict, files: dict) -> dict | None:
+        match = pattern.search(files[file])
+        if match is None or float(match.group(1)) == value:
+            return None
+        return {file: pattern.sub(f"{name} = {value}", files[file], count=1)}
+
+    return edit
+
+
 @dataclass(frozen=True)
 class Intervention:
     name: str

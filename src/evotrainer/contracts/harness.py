@@ -214,24 +214,46 @@ def check_layout(harness_dir: str | Path) -> None:
 # A reward row is {"data_source", "solution_str", "ground_truth", "extra_info"}: verl's compute_score
 # arguments. In-process scoring and the sandboxed reward worker both call score_rows, so a reward means
 # the same thing wherever it runs.
-def score_rows(compute_score, rows: list[dict]) -> tuple[list[float], dict[str, list[float]]]:
-    """Call ``compute_score`` per row; a dict result's keys other than "score" are reward components
-    (0.0 where a row did not return that key). Raises ValueError on a non-finite or non-numeric score."""
+TURN_REWARDS = "turn_rewards"  # reserved result key: turn-level credit of a multi-turn episode, one float per turn
+MAX_TURN_REWARDS = 1024
+
+
+def score_rows(compute_score, rows: list[dict], turn_rewards: list | None = None,
+               ) -> tuple[list[float], dict[str, list[float]]]:
+    """Call ``compute_score`` per row; a dict result's keys other than "score" and "turn_rewards" are
+    reward components (0.0 where a row did not return that key). Raises ValueError on a non-finite or
+    non-numeric score. With ``turn_rewards`` (a list), each row's turn-level credit is appended to it
+    (checked by ``checked_turn_rewards``; None where the row gave none); without, that key is ignored."""
     scores: list[float] = []
     components: dict[str, list[float]] = {}
     for i, row in enumerate(rows):
         out = compute_score(row["data_source"], row["solution_str"], row["ground_truth"], row.get("extra_info"))
+        turns = None
         if isinstance(out, dict):
             if "score" not in out:
                 raise ValueError(f"reward returned a dict without 'score' (keys: {sorted(out)})")
             for key, value in out.items():
-                if key != "score":
+                if key == TURN_REWARDS:
+                    turns = checked_turn_rewards(value)
+                elif key != "score":
                     if key not in components:  # not setdefault: its default would be built every row
                         components[str(key)] = [0.0] * len(rows)
                     components[str(key)][i] = _finite(value, f"component {key!r}")
             out = out["score"]
         scores.append(_finite(out, "score"))
+        if turn_rewards is not None:
+            turn_rewards.append(turns)
     return scores, components
+
+
+def checked_turn_rewards(value) -> list[float] | None:
+    """A reward's ``turn_rewards``: None, or a list of at most MAX_TURN_REWARDS finite numbers."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or len(value) > MAX_TURN_REWARDS:
+        raise ValueError(f"reward 'turn_rewards' must be a list of at most {MAX_TURN_REWARDS} numbers, "
+                         f"got {type(value).__name__}" + (f" of {len(value)}" if isinstance(value, list | tuple) else ""))
+    return [_finite(v, "turn_rewards value") for v in value]
 
 
 def _finite(value, what: str) -> float:

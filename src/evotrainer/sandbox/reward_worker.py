@@ -152,14 +152,29 @@ class RewardWorker:
         os.set_blocking(self._request, False)
 
     def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        reply = self._call({"rows": rows}, self.timeout_s, f"a batch of {len(rows)} rows")
+        scores, components, _ = self._score(rows, turns=False)
+        return scores, components
+
+    def score_turns(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray], list[list[float] | None]]:
+        """``score`` plus each row's turn-level credit (``turn_rewards``: None or a list of floats), re-checked
+        here in the trusted process."""
+        return self._score(rows, turns=True)
+
+    def _score(self, rows: list[dict], turns: bool):
+        from evotrainer.contracts.harness import checked_turn_rewards
+
+        reply = self._call({"rows": rows, "turns": turns}, self.timeout_s, f"a batch of {len(rows)} rows")
         try:
             scores = _finite(reply.get("scores"), len(rows), "score")
             components = {str(key): _finite(values, len(rows), f"component {key!r}")
                           for key, values in (reply.get("components") or {}).items()}
+            turn_rewards = reply.get("turn_rewards") if turns else [None] * len(rows)
+            if not isinstance(turn_rewards, list) or len(turn_rewards) != len(rows):
+                raise ValueError(f"turn_rewards: expected {len(rows)} entries")
+            turn_rewards = [checked_turn_rewards(t) for t in turn_rewards]
         except (TypeError, ValueError, AttributeError) as err:
             self._fail(f"the reward returned an unusable score: {err}", "reward_error")
-        return scores, components
+        return scores, components, turn_rewards
 
     def _call(self, message: dict, timeout_s: float, what: str) -> dict:
         if self._failure is not None:
@@ -279,8 +294,9 @@ def main() -> int:
             return 0
         if reward is not None and "rows" in message:
             try:
-                scores, components = score_rows(reward, message["rows"])  # the contract's own loop
-                answer = {"ok": True, "scores": scores, "components": components}
+                turn_rewards = [] if message.get("turns") else None
+                scores, components = score_rows(reward, message["rows"], turn_rewards)  # the contract's own loop
+                answer = {"ok": True, "scores": scores, "components": components, "turn_rewards": turn_rewards}
             except SandboxViolation:
                 answer = _failure("sandbox_violation")
             except OSError as err:  # RLIMIT_FSIZE shows as EFBIG (Python ignores SIGXFSZ)

@@ -1,6 +1,7 @@
 """Heuristic-agent interventions for task=agentic, in the shape of ``agents.heuristic.CATALOGUE``: edits of
 the harness's env.yaml (the environment knobs, ``contracts.harness.ENV_SCHEMA``) keyed by the agentic
-diagnostics' findings (turn_limit_rate, context_limit_rate, invalid_termination_rate)."""
+diagnostics' findings (turn_limit_rate, context_limit_rate, invalid_termination_rate), and the reward's
+turn-level credit (``TURN_CREDIT`` in reward.py) for edits never tested and invalid actions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 
 import yaml
 
-from evotrainer.agents.heuristic import Intervention, set_recipe_values
+from evotrainer.agents.heuristic import Intervention, set_constant, set_recipe_values
 
 
 def _env_edit(fn: Callable[[dict], dict | None]) -> Callable[[dict, dict], dict | None]:
@@ -53,6 +54,14 @@ AGENTIC_CATALOGUE: tuple[Intervention, ...] = (
         _env_edit(lambda k: {"episode_filter": "drop_invalid"}),
         "If episodes ended by invalid actions in a row are left out of the loss, the update concentrates on "
         "well-formed episodes whose outcomes depend on the tool calls, so the val solve rate rises.",
+        "val solve rate above the control's after the same number of steps",
+    ),
+    Intervention(
+        "turn_credit", ("edits_without_tests_rate", "invalid_action_rate", "premature_submit_rate"),
+        set_constant("reward.py", "TURN_CREDIT", 0.1),
+        "If a model turn that runs the tests after an edit earns +0.1 on its own tokens and an invalid action "
+        "-0.1 (turn-level credit; the episode's score is unchanged), the policy learns to test its edits "
+        "before submitting, the edits-without-tests rate falls and the val solve rate rises.",
         "val solve rate above the control's after the same number of steps",
     ),
 )

@@ -8,10 +8,9 @@ turns the applicable ones into unified diffs (what a proposal carries).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from evotrainer.agents.heuristic import Intervention, unified_diff
+from evotrainer.agents.heuristic import Intervention, set_constant, unified_diff
 
 UNIFORM = "    return np.ones(len(pool), dtype=float)\n"
 # difficulty levels weighted by how learnable their failures are: levels whose programs run (right or
@@ -41,18 +40,6 @@ EXECUTION_FILTER = '''    weights = np.ones(len(pool), dtype=float)
 '''
 
 
-def _set_constant(file: str, name: str, value: float):
-    pattern = re.compile(rf"^{name} = ([^\s#]+)", re.MULTILINE)
-
-    def edit(recipe: dict, files: dict) -> dict | None:
-        match = pattern.search(files[file])
-        if match is None or float(match.group(1)) == value:
-            return None
-        return {file: pattern.sub(f"{name} = {value}", files[file], count=1)}
-
-    return edit
-
-
 def _replace_body(new: str):
     def edit(recipe: dict, files: dict) -> dict | None:
         text = files["curriculum.py"]
@@ -64,26 +51,26 @@ def _replace_body(new: str):
 CODE_CATALOGUE: tuple[Intervention, ...] = (
     Intervention(
         "partial_credit_tests", ("all_wrong_group_ratio", "dead_group_ratio", "partial_pass_rate"),
-        _set_constant("reward.py", "PARTIAL_CREDIT", 0.5),
+        set_constant("reward.py", "PARTIAL_CREDIT", 0.5),
         "If a failing program earns half the fraction of hidden tests it passes (instead of 0), groups where "
         "no sample passes every test still rank their samples, fewer groups are dead, and the hidden-test pass "
         "rate on val rises faster than the control's.",
     ),
     Intervention(
         "all_or_nothing", ("visible_hidden_gap", "hardcoded_rate", "reward_hacking"),
-        _set_constant("reward.py", "PARTIAL_CREDIT", 0.0),
+        set_constant("reward.py", "PARTIAL_CREDIT", 0.0),
         "If only programs passing every hidden test are paid, partial solutions (and hard-coded examples) stop "
         "being reinforced, so the visible-vs-hidden gap closes and the val pass rate rises.",
     ),
     Intervention(
         "syntax_error_penalty", ("syntax_error_rate",),
-        _set_constant("reward.py", "SYNTAX_ERROR_PENALTY", 0.5),
+        set_constant("reward.py", "SYNTAX_ERROR_PENALTY", 0.5),
         "If a program that does not compile scores -0.5 instead of 0, the policy learns to write valid Python "
         "first, the syntax-error rate falls and the val pass rate rises.",
     ),
     Intervention(
         "no_code_penalty", ("no_code_rate", "format_violation_rate", "truncation_rate"),
-        _set_constant("reward.py", "NO_CODE_PENALTY", 0.5),
+        set_constant("reward.py", "NO_CODE_PENALTY", 0.5),
         "If a response without a fenced program scores -0.5 instead of 0, the fence is learned first, the no-code "
         "rate falls and the val pass rate rises.",
     ),

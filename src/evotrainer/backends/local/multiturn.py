@@ -34,7 +34,7 @@ import torch
 
 from evotrainer import envs
 from evotrainer.backends.local.sampler import sample
-from evotrainer.contracts.harness import ENV_SCHEMA, check_env
+from evotrainer.contracts.harness import ENV_SCHEMA, check_env, score_rows
 from evotrainer.contracts.task import metadata_of
 from evotrainer.envs.episode import ChatTokens, Episode, EpisodeSpec, conversation_tokens
 from evotrainer.policy.chat import eos_token_ids, pad_token_id
@@ -140,28 +140,22 @@ def episode_extra_info(ep: Episode) -> dict:
 def score_episodes(episodes: Sequence[Episode], reward_fn) -> np.ndarray:
     """Score every episode with the harness reward (the reward contract above); fills reward, components
     and turn_rewards; returns the rewards. ``reward_fn``: a compute_score callable (called once per
-    episode), or a batch reward object with ``score(rows)`` (the sandboxed reward worker: one call for
-    the batch; it returns scores and numeric components, so turn_rewards do not pass through it)."""
-    if hasattr(reward_fn, "score"):
-        rows = [{"data_source": ep.spec.data_source, "solution_str": ep.transcript(),
-                 "ground_truth": ep.spec.ground_truth, "extra_info": episode_extra_info(ep)} for ep in episodes]
-        scores, components = reward_fn.score(rows) if rows else (np.zeros(0), {})
-        for i, ep in enumerate(episodes):
-            ep.reward = float(scores[i])
-            ep.components = {k: float(v[i]) for k, v in components.items()}
-        return np.array([ep.reward for ep in episodes], dtype=float)
-    for ep in episodes:
-        extra = episode_extra_info(ep)
-        out = reward_fn(ep.spec.data_source, ep.transcript(), ep.spec.ground_truth, extra)
-        if isinstance(out, dict):
-            if "score" not in out:
-                raise ValueError(f"reward returned a dict without 'score' (keys: {sorted(out)})")
-            ep.reward = float(out["score"])
-            turn_rewards = out.get("turn_rewards")
-            ep.turn_rewards = [float(x) for x in turn_rewards] if turn_rewards is not None else None
-            ep.components = {k: float(v) for k, v in out.items() if k not in ("score", "turn_rewards")}
-        else:
-            ep.reward = float(out)
+    episode), or a batch reward object with ``score_turns(rows)`` (the sandboxed reward worker: one call
+    for the batch, the turn-level credit checked in the trusted process). Both go through the reward
+    contract's loop (contracts.harness.score_rows)."""
+    rows = [{"data_source": ep.spec.data_source, "solution_str": ep.transcript(),
+             "ground_truth": ep.spec.ground_truth, "extra_info": episode_extra_info(ep)} for ep in episodes]
+    if not rows:
+        return np.zeros(0)
+    if hasattr(reward_fn, "score_turns"):
+        scores, components, turn_rewards = reward_fn.score_turns(rows)
+    else:  # a plain compute_score callable
+        turn_rewards = []
+        scores, components = score_rows(reward_fn, rows, turn_rewards)
+    for i, ep in enumerate(episodes):
+        ep.reward = float(scores[i])
+        ep.components = {k: float(v[i]) for k, v in components.items()}
+        ep.turn_rewards = turn_rewards[i]
     return np.array([ep.reward for ep in episodes], dtype=float)
 
 

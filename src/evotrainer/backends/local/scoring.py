@@ -30,6 +30,9 @@ class Reward(Protocol):
 
     def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
 
+    # ... and, for multi-turn episodes, each row's turn-level credit (None or one float per model turn)
+    def score_turns(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray], list[list[float] | None]]: ...
+
 
 class InProcessReward:
     """Calls a trusted compute_score in this process (tests, benchmarks; candidate code never)."""
@@ -38,8 +41,14 @@ class InProcessReward:
         self.compute_score = compute_score
 
     def score(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        scores, components = score_rows(self.compute_score, rows)
-        return np.asarray(scores, dtype=float), {k: np.asarray(v, dtype=float) for k, v in components.items()}
+        scores, components, _ = self.score_turns(rows)
+        return scores, components
+
+    def score_turns(self, rows: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray], list[list[float] | None]]:
+        turn_rewards: list = []
+        scores, components = score_rows(self.compute_score, rows, turn_rewards)
+        return (np.asarray(scores, dtype=float), {k: np.asarray(v, dtype=float) for k, v in components.items()},
+                turn_rewards)
 
 
 @dataclass
