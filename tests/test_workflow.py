@@ -91,6 +91,15 @@ def test_every_arm_spends_exactly_its_compute_budget(finished_run):
             compute = metrics["compute"]
             assert compute["sampled_responses"] == 2 * BUDGET, metrics_path  # 2 seeds, each its budget exactly
             spent.append(compute["optimizer_steps"])
+            # the accounting is the sum of what was logged: train-log rows and val evidence rows of both seeds
+            seeds = [metrics_path.parent, metrics_path.parent / "seed1"]
+            logs = pd.concat([pd.read_parquet(d / "train_log.parquet") for d in seeds])
+            val = pd.concat([pd.read_parquet(d / "val_rollouts.parquet") for d in seeds])
+            assert (compute["optimizer_steps"], compute["sampled_responses"], compute["generated_tokens"],
+                    compute["trained_tokens"]) == (len(logs), logs["samples_generated"].sum(),
+                                                   logs["generated_tokens"].sum(), logs["trained_tokens"].sum())
+            assert (compute["eval_responses"], compute["eval_generated_tokens"]) == (len(val),
+                                                                                      val["response_tokens"].sum())
     assert spent and all(steps <= 2 * 12 for steps in spent)  # dynamic sampling would buy fewer steps, never more
     baseline = json.loads((finished_run / "baseline" / "metrics.json").read_text())["compute"]
     assert baseline["sampled_responses"] == 2 * BUDGET and baseline["optimizer_steps"] == 2 * 12  # generations x budget
