@@ -38,7 +38,7 @@ def _frame_diff(a: pd.DataFrame, b: pd.DataFrame, tolerance: float) -> list[str]
             if bad.any():
                 problems.append(f"{column}: {int(bad.sum())} rows differ (max |diff| {float(delta[bad].max()):.3g})")
         else:
-            bad = x.astype(str) != y.astype(str)
+            bad = (x.astype(str) != y.astype(str)) & ~(x.isna() & y.isna())  # missing on both sides is equal
             if bad.any():
                 i = int(bad.idxmax())
                 problems.append(f"{column}: {int(bad.sum())} rows differ (first at row {i}: {x[i]!r} vs {y[i]!r})")
