@@ -5,7 +5,6 @@ diagnostics.py read only generic evidence columns), so no file is kept twice."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,15 +19,7 @@ def complete(folder: Path) -> Path:
     sources = {name: folder / name if (folder / name).is_file() else DEFAULT_HARNESS / name for name in HARNESS_FILES}
     if all(path.parent == folder for path in sources.values()):
         return folder
-    digest = hashlib.sha256()
-    for name, path in sources.items():
-        digest.update(name.encode() + b"\0" + path.read_bytes())
-    target = Path(tempfile.gettempdir()) / f"evotrainer-harness-{folder.name}-{digest.hexdigest()[:12]}"
-    if not all((target / name).is_file() for name in HARNESS_FILES):
-        with atomic_dir(target) as tmp:
-            for name, path in sources.items():
-                shutil.copyfile(path, tmp / name)
-    return target
+    return _content_addressed(folder.name, {name: path.read_bytes() for name, path in sources.items()})
 
 
 def with_recipe_values(folder: Path, values: dict) -> Path:
@@ -36,12 +27,19 @@ def with_recipe_values(folder: Path, values: dict) -> Path:
     kept: a content-addressed copy in the temp directory (a task whose sources need other defaults)."""
     from evotrainer.agents.heuristic import set_recipe_values
 
-    recipe = set_recipe_values((folder / "recipe.yaml").read_text(encoding="utf-8"), values)
-    digest = hashlib.sha256(recipe.encode() + b"\0" + str(folder).encode()).hexdigest()[:12]
-    target = Path(tempfile.gettempdir()) / f"evotrainer-harness-{folder.name}-{digest}"
-    if not all((target / name).is_file() for name in HARNESS_FILES):
+    contents = {name: (folder / name).read_bytes() for name in HARNESS_FILES}
+    contents["recipe.yaml"] = set_recipe_values(contents["recipe.yaml"].decode("utf-8"), values).encode("utf-8")
+    return _content_addressed(folder.name, contents)
+
+
+def _content_addressed(name: str, contents: dict[str, bytes]) -> Path:
+    """A harness folder holding ``contents`` under the temp directory, named by their hash (written once)."""
+    digest = hashlib.sha256()
+    for file, data in contents.items():
+        digest.update(file.encode() + b"\0" + data)
+    target = Path(tempfile.gettempdir()) / f"evotrainer-harness-{name}-{digest.hexdigest()[:12]}"
+    if not all((target / file).is_file() for file in contents):
         with atomic_dir(target) as tmp:
-            for name in HARNESS_FILES:
-                shutil.copyfile(folder / name, tmp / name)
-            (tmp / "recipe.yaml").write_text(recipe, encoding="utf-8")
+            for file, data in contents.items():
+                (tmp / file).write_bytes(data)
     return target
