@@ -4,7 +4,8 @@ With --fresh it runs the workflow itself (`snakemake --cores 2 --config run=<run
 times it; otherwise it analyses an existing run (pass --wall-s to give its wall time).
 
 - job seconds: Snakemake's own per-job `benchmark:` files (results/<run>/benchmarks/**.tsv)
-- train: GRPO time inside backtests and the baseline (train_wall_s), plus the SFT warm start
+- train: GRPO time inside backtests and the baselines (train_wall_s; a headline run's baseline_matched
+  too), plus the SFT warm start
 - rollout: sampling in the rollout stage plus greedy val/test scoring (eval_wall_s, evaluate jobs)
 - orchestration: everything else inside jobs (Python start-up, imports, parquet, diagnosis,
   proposal, validation, select), plus core-seconds the scheduler left idle
@@ -42,9 +43,10 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="delete results/<run> and run the workflow, timed")
     parser.add_argument("--wall-s", type=float, default=None)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--results", type=Path, default=REPO / "results", help="the results folder holding <run>")
     parser.add_argument("--extra", nargs="*", default=[], help="more --config entries, e.g. experiment=quick")
     args = parser.parse_args()
-    run_dir = REPO / "results" / args.run
+    run_dir = args.results / args.run
     wall = args.wall_s
     if args.fresh:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -54,7 +56,8 @@ def main() -> None:
         wall = time.time() - start
     jobs = job_seconds(run_dir)
     backtests = [json.loads(p.read_text()) for p in run_dir.glob("gen*/backtest/*/metrics.json")]
-    backtests.append(json.loads((run_dir / "baseline" / "metrics.json").read_text()))
+    # every fixed-recipe arm trains: the baseline, and in headline runs baseline_matched (equal samples)
+    backtests += [json.loads(p.read_text()) for p in run_dir.glob("baseline*/metrics.json")]
     ok = [m for m in backtests if m.get("status") == "ok"]
     init = json.loads((run_dir / "init" / "metrics.json").read_text())
     train = sum(m["train_wall_s"] for m in ok) + init["wall_s"]

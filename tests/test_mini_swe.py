@@ -218,7 +218,9 @@ def _episodes_frame():
         "difficulty": [0, 0, 0, 0], "response_tokens": [30, 90, 40, 80], "truncated": [False, True, False, True],
         "format_ok": [True, False, True, True], "turns": [1, 8, 5, 8], "tool_calls": [1, 6, 5, 8],
         "termination": ["submitted", "max_turns", "submitted", "max_turns"],
-        "task_fields": [json.dumps(f) for f in fields], "response": ["x"] * 4})
+        "task_fields": [json.dumps(f) for f in fields],
+        # transcripts as episodes have them: observations and code indentation repeat characters
+        "response": ["assistant: <tool>replace a.py 3\n        return x</tool>\n\nuser: ======== 1 passed"] * 4})
 
 
 def test_agentic_diagnostics_flag_loops_turn_limits_and_premature_submits():
@@ -233,6 +235,10 @@ def test_agentic_diagnostics_flag_loops_turn_limits_and_premature_submits():
     assert found["invalid_action_rate"]["value"] == pytest.approx(2 / 22)
     assert found["solve_rate_wrong_constant"]["value"] == 0.5 and "dead_group_ratio" in found
     assert set(diagnostics.COLUMNS) >= {"turns", "tool_calls", "termination", "task_fields"}
+    # the generic character-repetition flag would fire on every transcript; episodes are judged by loop_rate
+    assert "repetition_rate" not in found
+    assert found["truncation_rate"]["value"] == 0.5 and "without a submit" in found["truncation_rate"]["message"]
+    assert "valid tool call" in found["format_violation_rate"]["message"]
 
 
 def test_task_gates_veto_rewards_that_pay_for_acting(tmp_path):

@@ -23,12 +23,24 @@ _generic = load_module(DEFAULT_HARNESS, "diagnostics")
 _finding, _rows = _generic._finding, _generic._rows
 
 COLUMNS = [*_generic.COLUMNS, "turns", "tool_calls", "termination", "task_fields"]
-FEATURE_COLUMNS = list(_generic.FEATURE_COLUMNS)
+# No per-row text features: the generic character-repetition flag reads the whole transcript, where the
+# environment's observations and the indentation of code (four spaces) set it on every episode (measured:
+# repetition_rate 1.0 "critical" on every swe_quick generation). Repetition in an episode is an action
+# repeated, which the agentic layer's loop_rate measures from the verifier's replay.
+FEATURE_COLUMNS: list[str] = []
 LOOP_REPEATS = 3  # the same action this many times in a row is a loop
+# the generic findings whose single-response wording is wrong for an episode, said for episodes
+EPISODE_MESSAGES = {
+    "truncation_rate": "episodes that ended without a submit (turn limit, invalid actions, timeout, context)",
+    "format_violation_rate": "episodes with at least one action that was not a valid tool call",
+    "length_reward_corr": "|corr(episode length in tokens, reward)|: solving takes turns, so a high value is "
+                          "expected here; a reward that pays for acting is the task gates' job",
+    "mean_response_tokens": "mean episode length in tokens (model and environment turns)",
+}
 
 
 def row_features(batch: pd.DataFrame) -> dict:
-    return _generic.row_features(batch)
+    return {}
 
 
 def _fields(evidence: pd.DataFrame) -> pd.DataFrame:
@@ -88,4 +100,6 @@ def agentic_findings(ev: pd.DataFrame) -> list[dict]:
 
 
 def diagnose(evidence: pd.DataFrame, train_log: pd.DataFrame | None, recipe: dict) -> list[dict]:
-    return _generic.diagnose(evidence, train_log, recipe) + agentic_findings(evidence.reset_index(drop=True))
+    generic = [f | {"message": EPISODE_MESSAGES[f["name"]]} if f["name"] in EPISODE_MESSAGES else f
+               for f in _generic.diagnose(evidence, train_log, recipe)]
+    return generic + agentic_findings(evidence.reset_index(drop=True))
