@@ -272,6 +272,16 @@ def test_headline_target_compares_every_arm_over_seeds(tmp_path):
             if metrics["status"] == "ok":
                 assert metrics["compute"]["sampled_responses"] == budget
             assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
+            # an arm starts from its seed's loop start, copied (rule share_init), not a second SFT
+            loop = results / f"default-seed{s}"
+            assert (run / "benchmarks" / "share_init.tsv").exists() and not (run / "benchmarks" / "init.tsv").exists()
+            assert json.loads((run / "init" / "metrics.json").read_text()) == json.loads(
+                (loop / "init" / "metrics.json").read_text())
+            assert pd.read_parquet(run / "data" / "val.parquet").equals(pd.read_parquet(loop / "data" / "val.parquet"))
+            # so generation 0's control, the same harness, policy and seed, trains to the loop's numbers
+            control = json.loads((run / "gen0" / "backtest" / "control" / "metrics.json").read_text())
+            loop_control = json.loads((loop / "gen0" / "backtest" / "control" / "metrics.json").read_text())
+            assert control["val_accuracy"] == loop_control["val_accuracy"]
     assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 
 

@@ -1,6 +1,7 @@
 # Compose and validate the config once; define the run layout, the CLI, and the input functions.
 # Every path is results/<run>/...; {run} is a wildcard so that one invocation can hold several runs
 # (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
+import re
 import sys
 
 from omegaconf import OmegaConf
@@ -51,6 +52,7 @@ RUN_CONFIGS = {RUN: CFG} | {
 # counted: most fail validation untrained); no skills, no baselines of their own.
 SEARCH_ARMS = ("search_control", "random") if CFG.search.headline_search_arms else ()
 ARM_RUNS = {f"{name}-{arm}": (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
+ARM_LOOP = {f"{name}-{arm}": name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
 RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": False},

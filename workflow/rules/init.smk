@@ -1,7 +1,13 @@
+# Runs that compute their own start; a headline search arm copies its seed's (rule share_init).
+OWN_START = "|".join(re.escape(name) for name in RUN_CONFIGS if name not in ARM_LOOP)
+
+
 # The loop's splits; the test split is made later by `heldout` (evaluate.smk).
 rule data:
     output:
         **loop_data(),
+    wildcard_constraints:
+        run=OWN_START,
     params:
         evo=EVO,
         conf=run_config,
@@ -24,6 +30,8 @@ rule init:
         harness=directory(f"{R}/gen0/harness"),
         sft_log=f"{R}/init/sft_log.parquet",
         metrics=f"{R}/init/metrics.json",
+    wildcard_constraints:
+        run=OWN_START,
     params:
         evo=EVO,
         conf=run_config,
@@ -39,3 +47,32 @@ rule init:
         "{params.evo} init --config {params.conf} --data-dir {params.data} --out-policy {output.policy}"
         " --out-harness {output.harness} --out-sft-log {output.sft_log} --out-metrics {output.metrics}"
         " --threads {threads} > {log} 2>&1"
+
+
+# A headline search arm (agent=search_control / random) has its seed's config but the agent, so its splits
+# and SFT warm start equal the loop's bit for bit: copied, not recomputed (the SFT is the costliest serial job).
+rule share_init:
+    input:
+        init=lambda wc: f"{RESULTS}/{ARM_LOOP[wc.run]}/init/metrics.json",
+        policy=lambda wc: f"{RESULTS}/{ARM_LOOP[wc.run]}/gen0/policy",
+    output:
+        **loop_data(),
+        policy=directory(f"{R}/gen0/policy"),
+        harness=directory(f"{R}/gen0/harness"),
+        sft_log=f"{R}/init/sft_log.parquet",
+        metrics=f"{R}/init/metrics.json",
+    wildcard_constraints:
+        run="|".join(map(re.escape, ARM_LOOP)) or "^$",
+    params:
+        evo=EVO,
+        source=lambda wc: f"{RESULTS}/{ARM_LOOP[wc.run]}",
+        run_dir=run_dir,
+    benchmark:
+        f"{R}/benchmarks/share_init.tsv"
+    log:
+        f"{R}/logs/share_init.log",
+    conda:
+        ENVS["cpu"]
+    shell:
+        "{params.evo} share-init --source-run-dir {params.source} --run-dir {params.run_dir} > {log} 2>&1"
+

@@ -48,6 +48,8 @@ STAGES: dict[str, Command] = {
     "data": Command("evotrainer.stages.data:run", ("config", "out-dir", "splits+?")),
     "init": Command("evotrainer.stages.init:run", ("config", "data-dir", "out-policy", "out-harness", "out-sft-log",
                                                     "out-metrics", "threads:int")),
+    "share-init": Command("evotrainer.stages.init:share", ("source-run-dir", "run-dir"),
+                          "a headline search arm's splits and warm start, copied from its seed's loop"),
     "rollout": Command("evotrainer.stages.rollout:run", ("config", "policy>policy_dir", "harness>harness_dir", "prompts>prompts_path", "out",
                                                           "generation:int", "threads:int")),
     "diagnose": Command("evotrainer.stages.diagnose:run", ("config", "rollouts", "harness>harness_dir", "train-log?", "out-parquet",

@@ -5,13 +5,14 @@ greedy val solve rate."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from evotrainer import runtime
-from evotrainer.atomic import atomic_dir, copy_tree, write_json, write_parquet
+from evotrainer.atomic import atomic_dir, atomic_path, copy_tree, write_json, write_parquet
 from evotrainer.contracts.candidate import check_harness
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.stages.common import config, read_split, task_of
@@ -99,3 +100,21 @@ def _init_multi_turn(cfg, task, initial_harness: Path, device, data_dir: str, ou
     _write_outputs(model, tokenizer, log, {"val_accuracy": val_accuracy, "val_solve_rate": val_accuracy,
                                            "sft_demonstrations": len(conversations)}, start, initial_harness,
                    out_policy, out_harness, out_sft_log, out_metrics)
+
+
+SHARED_START = ("data/train.parquet", "data/val.parquet", "data/probe.parquet", "gen0/policy", "gen0/harness",
+                "init/sft_log.parquet", "init/metrics.json")
+
+
+def share(source_run_dir: str, run_dir: str) -> None:
+    """Stage `share-init`: a headline search arm starts where its seed's loop starts. Its config differs
+    only in the agent (same task, seed, policy and SFT), so its splits and warm start would be recomputed
+    bit for bit; they are copied instead (init/metrics.json last, as init writes it)."""
+    source, target = Path(source_run_dir), Path(run_dir)
+    for rel in SHARED_START:
+        if (source / rel).is_dir():
+            copy_tree(source / rel, target / rel)
+        else:
+            with atomic_path(target / rel) as tmp:
+                shutil.copyfile(source / rel, tmp)
+
