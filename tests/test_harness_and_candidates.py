@@ -126,6 +126,19 @@ def test_hostile_recipe_values_fail_fast_with_a_short_message(harness, value, la
     assert len(str(err.value)) < 1000 and time.monotonic() - started < 10
 
 
+def test_the_backtest_does_not_repeat_the_import_probe_of_the_harness_propose_validated(harness, tmp_path):
+    diff = recipe_diff(harness, "dynamic_sampling: false", "dynamic_sampling: true")
+    validation = validate(harness, diff)
+    applied = apply_diff(harness, diff, tmp_path / "applied")
+    assert validation["ok"] and validation["harness_id"] == harness_id(applied)
+    # the files still hash to what was probed: the (sandboxed, costly) import probe is skipped ...
+    (applied / "reward.py").write_text("raise RuntimeError('import-time failure')\n")
+    with pytest.raises(CandidateError) as err:  # ... but an edited file no longer matches: probed, and fails
+        check_harness(applied, probed_id=validation["harness_id"])
+    assert err.value.label == "import_error"
+    check_harness(applied, probed_id=harness_id(applied))  # what a recorded id of these very files skips
+
+
 def test_a_hanging_import_is_a_sandbox_timeout(harness, tmp_path):
     diff = unified_diff("curriculum.py", (harness / "curriculum.py").read_text(),
                         "while True:\n    pass\n" + (harness / "curriculum.py").read_text())

@@ -24,6 +24,7 @@ from evotrainer.contracts.harness import (
     OPTIONAL_HARNESS_FILES,
     HarnessError,
     check_layout,
+    harness_id,
     load_env,
     load_recipe,
 )
@@ -144,11 +145,14 @@ for path, func in zip(sys.argv[1::2], sys.argv[2::2]):
 """
 
 
-def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isolation: str | None = None) -> None:
+def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isolation: str | None = None,
+                  probed_id: str | None = None) -> None:
     """Raise CandidateError (with its label) if the harness breaks the contract.
 
     The import probe runs the candidate's module-level code in the sandbox (evotrainer.sandbox.runner:
     OS isolation where available, a scrubbed environment without credentials, rlimits, the audit hook).
+    ``probed_id``: the harness id an earlier check of this same candidate probed (validate() records it);
+    when the files still hash to it the sandboxed probe (a process start, ~1-3 s) is not repeated.
     """
     from evotrainer.sandbox.runner import Limits, SandboxError, run_isolated, sandbox_dirs
 
@@ -159,6 +163,8 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
         load_env(harness_dir)
     except HarnessError as err:
         raise CandidateError(str(err), err.label) from err
+    if probed_id is not None and harness_id(harness_dir) == probed_id:
+        return
     for name in REQUIRED_FUNCTIONS:
         path = harness_dir / name
         source = path.read_bytes()
@@ -193,6 +199,7 @@ def validate(harness_dir: str | Path, diff_text: str) -> dict:
             files = touched_files(diff_text) if diff_text.strip() else []
             applied = apply_diff(harness_dir, diff_text, Path(scratch) / "harness")
             check_harness(applied)
+            applied_id = harness_id(applied)
         except CandidateError as err:
             return {"ok": False, "failure_label": err.label, "error": str(err), "files": []}
-    return {"ok": True, "failure_label": None, "error": None, "files": files}
+    return {"ok": True, "failure_label": None, "error": None, "files": files, "harness_id": applied_id}

@@ -80,7 +80,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             diff = ((Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
                     if candidate_dir else "")
             applied = apply_diff(parent_harness, diff, Path(scratch) / "harness")
-            check_harness(applied)
+            check_harness(applied, probed_id=validation.get("harness_id"))  # probed at propose: not again
             copy_tree(applied, out / "harness")
     except CandidateError as err:
         return failed(err.label, str(err))
@@ -252,8 +252,8 @@ def _evaluate_episodes(cfg, job: TrainJob, split_name: str, task, recipe: dict, 
     episode), the reward column from the sandboxed worker; exit rollouts are sampled probe episodes."""
     import torch
 
-    from evotrainer.atomic import write_parquet
     from evotrainer.backends.local import episodes
+    from evotrainer.contracts import turns as turns_contract
     from evotrainer.contracts.harness import load_env
     from evotrainer.sandbox.harness_code import harness_reward
 
@@ -264,7 +264,7 @@ def _evaluate_episodes(cfg, job: TrainJob, split_name: str, task, recipe: dict, 
             model, tokenizer, read_split(Path(job.data_dir) / f"{split_name}.parquet"), task=task, recipe=recipe,
             env_knobs=env_knobs, reward=reward, batch_size=cfg.rollout.eval_batch_size, env_workers=job.threads,
             run=cfg.run, generation=job.generation, split=split_name, step=job.steps, **ids)
-        write_parquet(out / f"{split_name}_turns.parquet", val_turns)
+        turns_contract.write(val_turns, out / f"{split_name}_turns.parquet")
         evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
         probe_path = Path(job.data_dir) / "probe.parquet"
         if probe_path.exists():
@@ -273,7 +273,7 @@ def _evaluate_episodes(cfg, job: TrainJob, split_name: str, task, recipe: dict, 
                 model, tokenizer, probe, task=task, recipe=recipe, env_knobs=env_knobs, reward=reward,
                 group_size=recipe["group_size"], greedy=False, generator=torch.Generator(device=device).manual_seed(seed + 1),
                 env_workers=job.threads, run=cfg.run, generation=job.generation, split="probe", step=job.steps, **ids)
-            write_parquet(out / "exit_turns.parquet", turns)
+            turns_contract.write(turns, out / "exit_turns.parquet")
             evidence.write(frame, out / "exit_rollouts.parquet")
     return val_frame
 
