@@ -169,6 +169,147 @@ def test_skyrl_adapter_renders_messages_and_limits_turns():
         adapt(object())
 
 
+class GemGame:
+    """A GEM game's shape with its own constructor options: reset(seed) -> (obs, info), the five-tuple step."""
+
+    def __init__(self, high=10, hint_len=0):
+        self.high, self.hint_len = high, hint_len
+
+    def reset(self, seed=None):
+        self.target = (seed or 0) % self.high + 1
+        return f"Guess a number from 1 to {self.high}." + "." * self.hint_len, {"seed": seed}
+
+    def step(self, action):
+        if not action.strip().isdigit():
+            return "Say a number." + "!" * self.hint_len, 0.0, False, False, {"invalid_action": True}
+        if int(action) == self.target:
+            return "Correct!", 1.0, True, False, {}
+        return "Wrong." + "?" * self.hint_len, 0.0, False, False, {}
+
+
+class SkyRLGame:
+    """A skyrl-gym BaseTextEnv's shape: constructed with (env_config, extras), init(prompt) -> (prompt,
+    metadata), step -> {"observations", "reward", "done", "metadata"}."""
+
+    def __init__(self, env_config=None, extras=None):
+        self.answer = (extras or {})["answer"]
+        self.closed = False
+
+    def init(self, prompt):
+        return prompt, {"answer_len": len(self.answer)}
+
+    def step(self, action):
+        invalid = not action.strip().isdigit()
+        done = action.strip() == self.answer
+        return {"observations": [] if done else [{"role": "user", "content": "No. " + "x" * 300}],
+                "reward": float(done), "done": done, "metadata": {"invalid_action": invalid}}
+
+    def close(self):
+        self.closed = True
+
+
+# what the agentic rollout passes on top of the task's env_options (the harness's env.yaml knobs)
+AGENTIC_LIMITS = {"max_turns": 3, "max_observation_chars": 40}
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A private copy of the registry, so that the names a test registers do not leak."""
+    monkeypatch.setattr(envs, "_REGISTERED", dict(envs._REGISTERED))
+    return envs
+
+
+def test_make_adapts_a_gem_shaped_class_with_the_agentic_options(registry):
+    registry.register("gem_game_test")(GemGame)
+    env = registry.make("gem_game_test", high=5, hint_len=100, **AGENTIC_LIMITS)
+    assert isinstance(env, GymAdapter) and env.env.high == 5  # own options to the class, limits to the adapter
+    assert (env.max_turns, env.max_observation_chars) == (3, 40)
+    observation, info = env.reset(seed=2)  # target 3
+    assert observation.startswith("Guess") and "characters cut" in observation and len(observation) <= 40
+    assert info["seed"] == 2
+    cut = registry.play(env, ["1", "two", "2", "3"], seed=2)
+    assert cut.termination == "max_turns" and len(cut.actions) == 3 and cut.reward == 0.0
+    assert [i["invalid_action"] for i in cut.infos] == [False, True, False] and cut.infos[-1]["tool_calls"] == 2
+    assert all(len(m["content"]) <= 40 for m in cut.messages if m["role"] == "user")
+    solved = registry.play(env, ["1", "3"], seed=2)
+    assert (solved.termination, solved.reward, len(solved.actions)) == ("submitted", 1.0, 2)
+    strict = registry.make("gem_game_test", max_invalid=2, **AGENTIC_LIMITS)
+    assert registry.play(strict, ["a", "b", "1"], seed=0).termination == "invalid_action"
+    with pytest.raises(EnvError, match="prompt"):  # a skyrl-gym option on a gym-shaped environment
+        registry.make("gem_game_test", prompt="hi")
+    with pytest.raises(EnvError, match="bad options"):  # the environment's own options are still checked
+        registry.make("gem_game_test", colour="red", **AGENTIC_LIMITS)
+
+
+def test_make_passes_limits_to_a_foreign_class_that_names_them_and_to_native_factories(registry):
+    class GemWithTurns(GemGame):
+        def __init__(self, max_turns=10):
+            super().__init__()
+            self.own_max_turns = max_turns
+
+    registry.register("gem_turns_test")(GemWithTurns)
+    env = registry.make("gem_turns_test", **AGENTIC_LIMITS)
+    assert env.env.own_max_turns == 3 and env.max_turns == 3
+    registry.register("echo_factory_test")(lambda **options: Echo(**options))  # a factory that builds a native env
+    native = registry.make("echo_factory_test", **AGENTIC_LIMITS)
+    assert isinstance(native, Echo) and (native.max_turns, native.max_observation_chars) == (3, 40)
+    with pytest.raises(EnvError, match="adapted environments only"):
+        registry.make("echo_factory_test", system_prompt="be brief")
+    assert registry.make("mini_swe", **AGENTIC_LIMITS).max_turns == 3  # native classes: unchanged
+
+
+def test_make_adapts_a_skyrl_shaped_class_with_its_prompt_and_extras(registry):
+    registry.register("skyrl_game_test")(SkyRLGame)
+    prompt = [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "What is 6*7?"}]
+    env = registry.make("skyrl_game_test", extras={"answer": "42"}, prompt=prompt, **AGENTIC_LIMITS)
+    assert isinstance(env, SkyRLAdapter) and env.env.answer == "42"
+    observation, info = env.reset(seed=0)
+    assert observation == "What is 6*7?" and info["answer_len"] == 2
+    assert env.system_prompt == "Answer with a number."  # the prompt's system message
+    cut = registry.play(env, ["41", "forty", "40", "42"])
+    assert cut.termination == "max_turns" and len(cut.actions) == 3
+    assert [i["invalid_action"] for i in cut.infos] == [False, True, False]
+    assert all(len(m["content"]) <= 40 for m in cut.messages[2:] if m["role"] == "user")
+    solved = registry.play(env, ["41", "42"], options={"prompt": "What is 40+2?"})  # reset options win
+    assert solved.messages[0] == {"role": "user", "content": "What is 40+2?"}  # no system message this time
+    assert (solved.termination, solved.reward) == ("submitted", 1.0)
+    env.close()
+    assert env.env.closed
+    bare = registry.make("skyrl_game_test", extras={"answer": "1"}, **AGENTIC_LIMITS)
+    with pytest.raises(EnvError, match="chat prompt"):
+        bare.reset()
+
+
+def test_make_finds_an_environment_installed_through_the_entry_point_group(tmp_path, monkeypatch):
+    package = tmp_path / "evo_tiny_envs_test"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "class Coin:\n"
+        "    def reset(self, seed=None):\n"
+        "        return 'Call heads or tails.', {}\n"
+        "    def step(self, action):\n"
+        "        done = action == 'heads'\n"
+        "        return ('Heads!' if done else 'Tails.'), float(done), done, False, {}\n")
+    dist_info = tmp_path / "evo_tiny_envs_test-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: evo-tiny-envs-test\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[evotrainer.envs]\ntiny_coin = evo_tiny_envs_test:Coin\n"
+                                                "[other.group]\nnot_an_env = evo_tiny_envs_test:Coin\n")
+    envs.refresh()
+    assert "tiny_coin" not in envs.names()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    envs.refresh()
+    try:
+        assert "tiny_coin" in envs.names() and "not_an_env" not in envs.names()
+        env = envs.make("tiny_coin", **AGENTIC_LIMITS)
+        assert isinstance(env, GymAdapter) and type(env.env).__module__ == "evo_tiny_envs_test"
+        assert envs.play(env, ["tails", "heads"]).termination == "submitted"
+        assert envs.play(env, ["tails"] * 5).termination == "max_turns"
+    finally:
+        sys.modules.pop("evo_tiny_envs_test", None)
+        envs.refresh()
+
+
 def test_container_executors_build_isolated_command_lines(tmp_path):
     docker = make_executor("docker", image="swebench/sweb.eval.x86_64.demo:latest", memory_mb=2048)
     cmd = docker.command(["python", "-m", "pytest", "tests/test_a.py"], workspace=tmp_path, readable=["/data/p"])

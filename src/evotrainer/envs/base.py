@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TERMINATIONS = ("submitted", "max_turns", "invalid_action", "timeout")
+# the framework's options: the episode limits every Environment owns, and what only an adapter takes
+EPISODE_OPTIONS = ("max_turns", "max_invalid", "max_observation_chars", "episode_timeout_s")
+ADAPTER_OPTIONS = ("system_prompt", "prompt")
 ACTION_FORMAT = "<tool>NAME ARGS\\nPAYLOAD</tool>"
 _CALL = re.compile(r"<tool>(.*?)(?:</tool>|\Z)", re.DOTALL)
 
@@ -78,7 +81,8 @@ def parse_action(text: str, tools: Mapping[str, ToolSpec]) -> ToolCall:
     """The first tool call in ``text``; raises InvalidAction naming what is wrong."""
     match = _CALL.search(text or "")
     if match is None:
-        raise InvalidAction(f"no tool call found; write exactly one call like {next(iter(tools.values())).usage()}")
+        example = next(iter(tools.values())).usage() if tools else "<tool>NAME</tool>"
+        raise InvalidAction(f"no tool call found; write exactly one call like {example}")
     body = match.group(1)
     head, newline, payload = body.partition("\n")
     words = head.split()
@@ -128,18 +132,27 @@ class Environment(ABC):
 
     def __init__(self, *, max_turns: int = 10, max_invalid: int = 3, max_observation_chars: int = 2000,
                  episode_timeout_s: float = 300.0):
-        if max_turns < 1 or max_invalid < 1:
-            raise EnvError(f"{self.name or type(self).__name__}: max_turns and max_invalid must be >= 1 "
-                           f"(got {max_turns}, {max_invalid})")
-        self.max_turns = int(max_turns)
-        self.max_invalid = int(max_invalid)
-        self.max_observation_chars = int(max_observation_chars)
-        self.episode_timeout_s = float(episode_timeout_s)
+        self.set_limits(max_turns=max_turns, max_invalid=max_invalid, max_observation_chars=max_observation_chars,
+                        episode_timeout_s=episode_timeout_s)
         self._turn = 0
         self._tool_calls = 0
         self._invalid_run = 0
         self._started = 0.0
         self._over = True
+
+    def set_limits(self, *, max_turns: int | None = None, max_invalid: int | None = None,
+                   max_observation_chars: int | None = None, episode_timeout_s: float | None = None) -> None:
+        """Set the episode limits (those given); ``envs.make`` uses it on an environment a factory built."""
+        turns = int(max_turns) if max_turns is not None else getattr(self, "max_turns", 10)
+        invalid = int(max_invalid) if max_invalid is not None else getattr(self, "max_invalid", 3)
+        if turns < 1 or invalid < 1:
+            raise EnvError(f"{self.name or type(self).__name__}: max_turns and max_invalid must be >= 1 "
+                           f"(got {turns}, {invalid})")
+        self.max_turns, self.max_invalid = turns, invalid
+        if max_observation_chars is not None:
+            self.max_observation_chars = int(max_observation_chars)
+        if episode_timeout_s is not None:
+            self.episode_timeout_s = float(episode_timeout_s)
 
     @property
     def system_prompt(self) -> str:
