@@ -343,12 +343,40 @@ def validate(cfg: DictConfig) -> DictConfig:
     if merged.search.budget_unit != "steps" and merged.trainer.name != "local":
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} is implemented by the local trainer "
                           f"only; trainer.name={merged.trainer.name} trains for search.steps_per_generation steps")
+    if merged.trainer.name == "verl":
+        from evotrainer.tasks import is_multi_turn
+
+        if is_multi_turn(merged.task.name):
+            _check_verl_multi_turn(merged)
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
     if merged.agent.name in ("claude", "openai") and not merged.agent.model:
         raise ConfigError(f"config: 'agent.model' is required when agent.name={merged.agent.name} (see conf/agent/)")
     OmegaConf.set_readonly(merged, True)
     return merged
+
+
+def _check_verl_multi_turn(cfg: DictConfig) -> None:
+    """trainer=verl with a multi-turn task trains through evotrainer's agent loop (backends/verl/overrides.py):
+    trainer.verl.overrides may not replace the keys that select and size it, and the initial harness may use
+    only what verl can do for episodes (the launcher checks every candidate harness again)."""
+    from evotrainer.backends.verl.overrides import AGENT_LOOP_KEYS, check_multi_turn_for_verl
+    from evotrainer.contracts.harness import HarnessError, load_env, load_recipe
+    from evotrainer.tasks import from_config
+
+    for override in cfg.trainer.verl.overrides:
+        key = str(override).split("=", 1)[0].lstrip("+~")
+        if key.startswith(AGENT_LOOP_KEYS):
+            raise ConfigError(f"config: trainer.verl.overrides sets {key!r}, which task={cfg.task.name} (multi-turn) "
+                              "needs for evotrainer's verl agent loop; remove it (the harness's env.yaml and recipe "
+                              "set these)")
+    harness = Path(cfg.harness.initial) if cfg.harness.initial else Path(from_config(cfg.task).default_harness())
+    if not (harness / "recipe.yaml").is_file():
+        return  # a missing initial harness is the init stage's error
+    try:
+        check_multi_turn_for_verl(load_recipe(harness), load_env(harness), where=str(harness))
+    except HarnessError as err:
+        raise ConfigError(f"config: trainer=verl with task={cfg.task.name}: {err}") from err
 
 
 def to_yaml(cfg: DictConfig) -> str:

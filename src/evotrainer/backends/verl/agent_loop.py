@@ -1,18 +1,25 @@
 """The agentic domain under ``trainer=verl``: an agent loop that runs an evotrainer environment.
 
-Registered with verl's ``@register`` as ``evotrainer_env``; select it per row (``agent_name`` column) or
-for the whole run (``actor_rollout_ref.rollout.agent.default_agent_loop=evotrainer_env``), and import
-this module in the rollout workers (``actor_rollout_ref.rollout.agent.agent_loop_config_path`` naming
-``{name: evotrainer_env, _target_: evotrainer.backends.verl.agent_loop.EnvAgentLoop}``).
+Registered with verl's ``@register`` as ``evotrainer_env``. The verl backend selects it for a multi-turn
+task (``overrides.agent_loop_overrides``): ``actor_rollout_ref.rollout.agent.default_agent_loop`` =
+``evotrainer_env``, and ``agent_loop_config_path`` names a yaml written next to the job's other verl
+files, ``[{name: evotrainer_env, _target_: evotrainer.backends.verl.agent_loop.EnvAgentLoop, max_turns,
+max_observation_chars, max_turn_tokens}]``. verl's AgentLoopWorker loads that yaml into its registry and
+instantiates the loop through Hydra with those keys as keyword arguments (importing this module there).
 
-Per row it makes the environment named by the task row (``extra_info`` = the agentic task's metadata:
-env, seed, env_options; else the JSON ground truth), resets it to the instance seed, and alternates:
-generate a turn through verl's server manager, merge the assistant tokens (``response_mask`` 1),
-step the environment with the turn's text, merge the observation as a user message (``response_mask``
-0), until the environment ends the episode or ``rollout.response_length`` is reached (termination
-``context_limit``). Tokenization is verl's Continuous Token builder, as in verl's own ToolAgentLoop.
-Limits from verl's config: ``multi_turn.max_assistant_turns`` -> the environment's ``max_turns``,
-``multi_turn.max_tool_response_length`` -> ``max_observation_chars`` (when set).
+Per row it makes the environment named by the task row (the agentic task's metadata: env, seed,
+env_options, read from the exact metadata JSON the verl export keeps in ``extra_info``, else from
+``extra_info``'s own keys, else from the JSON ground truth), resets it to the instance seed, and
+alternates: generate a turn through verl's server manager (at most ``max_turn_tokens``, the recipe's
+max_response_len: a "response" is one turn, as in the local trainer), merge the assistant tokens
+(``response_mask`` 1), step the environment with the turn's text, merge the observation as a user
+message (``response_mask`` 0), until the environment ends the episode or ``rollout.response_length``
+(the episode's token budget) is reached (termination ``context_limit``). Tokenization is verl's
+Continuous Token builder, as in verl's own ToolAgentLoop. The harness's env.yaml knobs ``max_turns``
+and ``max_observation_chars`` arrive as keyword arguments and win over the row's env_options, as in the
+local trainer (``backends.local.multiturn``); without ``max_turns`` the loop reads verl's
+``multi_turn.max_assistant_turns`` (never ``max_tool_response_length``: verl's default 256 would cut
+every observation).
 
 The episode's statistics go to ``extra_fields``, which verl's reward managers merge into the reward's
 ``extra_info``: turns, tool_calls, invalid_actions, termination, env_reward, actions, per_turn (the
@@ -30,17 +37,23 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from evotrainer import envs
+from evotrainer.backends.verl.data import METADATA_KEY
 
 AGENT_NAME = "evotrainer_env"
 CONTEXT_LIMIT = "context_limit"
 
 
 def episode_source(kwargs: dict) -> tuple[str, int, dict]:
-    """(env name, seed, env options) of a verl row: the agentic task's metadata in ``extra_info``, else
-    its JSON ground truth."""
+    """(env name, seed, env options) of a verl row: the agentic task's metadata (the exact JSON the export
+    keeps under ``METADATA_KEY``; else ``extra_info``'s keys), else its JSON ground truth."""
     extra = dict(kwargs.get("extra_info") or {})
-    if "env" in extra and "seed" in extra:
-        return str(extra["env"]), int(extra["seed"]), dict(extra.get("env_options") or {})
+    try:
+        metadata = json.loads(extra.get(METADATA_KEY) or "{}")
+    except (TypeError, ValueError):
+        metadata = {}
+    for source in (metadata, extra):
+        if isinstance(source, dict) and "env" in source and "seed" in source:
+            return str(source["env"]), int(source["seed"]), dict(source.get("env_options") or {})
     truth = json.loads((kwargs.get("reward_model") or {}).get("ground_truth") or "{}")
     if "env" not in truth:
         raise ValueError("evotrainer_env agent loop: the row names no environment (extra_info.env / seed, or a "
@@ -50,15 +63,18 @@ def episode_source(kwargs: dict) -> tuple[str, int, dict]:
 
 @register(AGENT_NAME)
 class EnvAgentLoop(AgentLoopBase):
-    def __init__(self, *args, tools=None, **kwargs):
+    def __init__(self, *args, tools=None, max_turns: int | None = None, max_observation_chars: int | None = None,
+                 max_turn_tokens: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.response_length = self.rollout_config.response_length
-        multi_turn = self.rollout_config.get("multi_turn", {}) or {}
-        self.limits = {}
-        if multi_turn.get("max_assistant_turns"):
-            self.limits["max_turns"] = int(multi_turn["max_assistant_turns"])
-        if multi_turn.get("max_tool_response_length"):
-            self.limits["max_observation_chars"] = int(multi_turn["max_tool_response_length"])
+        self.response_length = int(self.rollout_config.response_length)
+        self.max_turn_tokens = int(max_turn_tokens) if max_turn_tokens else self.response_length
+        self.limits = {}  # env.yaml's knobs (from the agent-loop yaml), over the row's env_options
+        if max_turns is None:  # verl's own key (null by default); not max_tool_response_length, whose default is 256
+            max_turns = (self.rollout_config.get("multi_turn", {}) or {}).get("max_assistant_turns")
+        if max_turns is not None:
+            self.limits["max_turns"] = int(max_turns)
+        if max_observation_chars is not None:
+            self.limits["max_observation_chars"] = int(max_observation_chars)
 
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs) -> AgentLoopOutput:
         name, seed, options = episode_source(kwargs)
@@ -78,9 +94,14 @@ class EnvAgentLoop(AgentLoopBase):
         stats = {"turns": 0, "tool_calls": 0, "invalid_actions": 0, "termination": None, "env_reward": 0.0,
                  "actions": [], "per_turn": []}
         while stats["termination"] is None:
+            room = self.response_length - len(response_mask)
+            if room < 1:
+                stats["termination"] = CONTEXT_LIMIT
+                break
+            turn_params = dict(sampling_params, max_tokens=min(self.max_turn_tokens, room))  # the server pops it
             with simple_timer("generate_sequences", metrics):
                 out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=runtime_ids,
-                                                         sampling_params=sampling_params)
+                                                         sampling_params=turn_params)
             if out.log_probs and logprobs is None:
                 logprobs = [0.0] * len(response_mask)
             merged, response_mask, logprobs = await self.ct_merge_assistant_token(

@@ -11,6 +11,11 @@ Trust boundary: ``reward`` (the supervisor's sandboxed worker) cannot cross into
 not used; verl's reward workers run the trusted shim reward_adapter.py, which starts its own sandboxed
 worker on the harness (settings from the run config's ``sandbox``) and computes the task's verdict
 first. The curriculum arrives as ``weights`` (computed in the sandbox); no harness code is imported here.
+
+A multi-turn task (``tasks.is_multi_turn``, task=agentic) trains through evotrainer's agent loop: per chunk
+the agent-loop yaml (``agent_loop.yaml``, the harness's env.yaml knobs and the per-turn token cap) is
+written beside the chunk's parquet files and the overrides select it (overrides.AgentLoopJob). What verl
+cannot do for episodes (env.yaml's episode_filter, an overlong buffer) is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from evotrainer.backends.verl import metrics as verl_metrics
 from evotrainer.backends.verl.overrides import (
     RewardShim,
     VerlJob,
+    agent_loop_job,
+    agent_loop_yaml,
     build_overrides,
+    check_multi_turn_for_verl,
     check_recipe_for_verl,
     preflight,
 )
 from evotrainer.config import load as load_config
-from evotrainer.contracts.harness import load_recipe
+from evotrainer.contracts.harness import load_env, load_recipe
 from evotrainer.contracts.task import Task
 
 RAY_ON_SLURM = Path(__file__).with_name("ray_on_slurm.sh")
@@ -122,6 +130,18 @@ def reward_shim(cfg, harness_dir: str | Path, task: Task) -> RewardShim:
                       reward_memory_mb=int(cfg.sandbox.reward_memory_mb), isolation=str(cfg.sandbox.isolation))
 
 
+def context_tokens(model_dir: str | Path) -> int:
+    """The policy's context length (the local trainer's episode context limit)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    for name in ("max_position_embeddings", "n_positions", "seq_length"):
+        if isinstance(getattr(config, name, None), int):
+            return int(getattr(config, name))
+    raise ValueError(f"{model_dir}: the model config names no context length (max_position_embeddings); a multi-turn "
+                     "task under verl needs it for the episode's token budget")
+
+
 def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None) -> pd.DataFrame:
     """Train ``job.parent_policy`` with verl; returns the train log, saves ``job.out/policy``."""
     del reward  # an object in this process; verl's reward workers start their own (reward_adapter.py)
@@ -132,6 +152,8 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None) -> p
     python = vc.python or sys.executable
     harness = Path(job.harness)
     recipe = check_recipe_for_verl(load_recipe(harness), where=str(harness / "recipe.yaml"))
+    multi_turn = bool(getattr(task, "multi_turn", False))  # episodes through the agent loop (as the local trainer)
+    env_knobs = check_multi_turn_for_verl(recipe, load_env(harness), where=str(harness)) if multi_turn else {}
     pool = pd.read_parquet(Path(job.data_dir) / "train.parquet")
     val = pd.read_parquet(Path(job.data_dir) / "val.parquet")  # verl's dataloader needs one; never validated on
     if job.steps % job.restarts:
@@ -151,18 +173,25 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None) -> p
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         train_rows = curriculum_pool(pool, weights, rows=chunk_steps * recipe["prompts_per_step"], seed=seed + chunk)
         train_file = verl_data.export_split(train_rows, "train", chunk_dir / "train.parquet", task.name)
+        max_prompt_length = verl_data.max_prompt_tokens(pd.concat([train_rows, val]), tokenizer)
+        loop = None
+        if multi_turn:
+            loop = agent_loop_job(recipe, env_knobs, config_path=chunk_dir / "agent_loop.yaml",
+                                  context_tokens=context_tokens(model_dir), max_prompt_length=max_prompt_length,
+                                  where=str(harness))
+            write_text(loop.config_path, agent_loop_yaml(loop))
         verl_job = VerlJob(
             model_path=str(model_dir), train_files=str(train_file), val_files=str(val_file), out_dir=str(chunk_dir),
             reward=shim, steps=chunk_steps, train_rows=len(train_rows),
-            max_prompt_length=verl_data.max_prompt_tokens(pd.concat([train_rows, val]), tokenizer), seed=seed + chunk,
+            max_prompt_length=max_prompt_length, seed=seed + chunk,
             experiment_name=f"{cfg.run}-gen{job.generation}-{out.name}-chunk{chunk}",
             device="cpu" if cfg.trainer.device == "cpu" else "cuda", nnodes=vc.nnodes, n_gpus_per_node=vc.n_gpus_per_node,
             rollout_engine=vc.rollout_engine, tensor_parallel_size=vc.tensor_parallel_size,
             micro_batch_size_per_gpu=vc.micro_batch_size_per_gpu, gpu_memory_utilization=vc.gpu_memory_utilization,
-            clip_ratio_c=vc.clip_ratio_c, extra=tuple(vc.overrides),
+            clip_ratio_c=vc.clip_ratio_c, extra=tuple(vc.overrides), agent_loop=loop,
         )
         overrides = build_overrides(recipe, verl_job)
-        preflight(overrides)
+        preflight(overrides, loop)
         cmd = command(python, overrides, vc.nnodes)
         write_text(chunk_dir / "command.txt", " ".join(cmd) + "\n")
         metrics_path = chunk_dir / "metrics.jsonl"

@@ -119,7 +119,12 @@ class PromptIndex:
         return np.array(found, dtype=np.int64)
 
 
-def _verdicts(task: Task, gen: pd.DataFrame, matched: pd.DataFrame) -> Verdicts:
+def _verdicts(task: Task, gen: pd.DataFrame, matched: pd.DataFrame) -> Verdicts | None:
+    """The task's verdicts on the dumped responses; None for a multi-turn task, whose dump holds the decoded
+    transcript but not the episode record its ``verify`` replays (the val/test episodes, played by the
+    trusted evaluator, carry its verdicts: a train log's accuracy is then NaN, never a false 0)."""
+    if getattr(task, "multi_turn", False):
+        return None
     return verify_all(task, gen["output"].astype(str).tolist(), matched)
 
 
@@ -161,11 +166,11 @@ def _dump_stats(gen: pd.DataFrame, index: PromptIndex, task: Task, where: str, *
     return {
         "reward_mean": float(scores.mean()),
         "reward_std": float(scores.std(ddof=0)),
-        "accuracy": float(verdicts.correct.mean()),
+        "accuracy": float(verdicts.correct.mean()) if verdicts else float("nan"),
         "dead_group_ratio": (int((spread <= 1e-6).sum()) + evicted_groups) / max(kept + evicted_groups, 1),
         "response_len_mean": float(tokens.mean()),
         "truncation_rate": float(truncated.mean()),
-        "format_ok_rate": float(verdicts.format_ok.mean()),
+        "format_ok_rate": float(verdicts.format_ok.mean()) if verdicts else float("nan"),
         "kept_groups": kept,
         "sampled_groups": kept + evicted_groups,
         "samples_generated": len(gen) + evicted_groups * group_size,
@@ -194,7 +199,7 @@ def evidence_rows(dump_path: str | Path, prompts: pd.DataFrame, *, task: Task, r
     return evidence_frame(
         repeated, gen["output"].astype(str).tolist(),
         (gen["reward"] if "reward" in gen.columns else gen["score"]).astype(float).to_numpy(), components,
-        _verdicts(task, gen, repeated), sample_idx=gen["sample_idx"].to_numpy(np.int64), response_tokens=tokens,
+        verify_all(task, gen["output"].astype(str).tolist(), repeated), sample_idx=gen["sample_idx"].to_numpy(np.int64), response_tokens=tokens,
         finished=~truncated, mean_logprob=np.full(len(gen), np.nan), entropy=None, run=run, generation=generation,
         split=split, step=int(gen["step"].iloc[0]) if step is None and len(gen) else int(step or 0),
         policy_id=policy_id, harness_id=harness_id, seed=seed)

@@ -10,6 +10,14 @@ or a verl-side inconsistency fails here, before any job is launched.
 The reward is the trusted shim reward_adapter.py; its settings (RewardShim: harness dir, task name and
 options, sandbox limits) travel as ``+reward.custom_reward_function.reward_kwargs.*``, quoted so that
 Hydra composes every string back exactly (JSON, quotes, ``${``, backslashes).
+
+A multi-turn task (task=agentic) runs evotrainer's agent loop (agent_loop.EnvAgentLoop) in verl's rollout
+workers: ``AgentLoopJob`` holds what it needs, ``agent_loop_yaml`` the file verl's AgentLoopWorker loads
+(``actor_rollout_ref.rollout.agent.agent_loop_config_path``, also ``default_agent_loop``), whose keys are
+the loop's keyword arguments: the harness's env.yaml knobs (ENV_TO_VERL says where each goes; a knob
+verl has no counterpart for is refused unless off, ``check_multi_turn_for_verl``) and the per-turn token
+cap. A "response" of the recipe is one turn there: max_response_len caps each turn, and verl's
+``data.max_response_length`` becomes the episode's token budget (``episode_budget``).
 """
 
 from __future__ import annotations
@@ -20,12 +28,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evotrainer.contracts.harness import RECIPE_SCHEMA, HarnessError, check_recipe
+import yaml
+
+from evotrainer.contracts.harness import ENV_SCHEMA, RECIPE_SCHEMA, HarnessError, check_env, check_recipe
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 OVERLONG = "+reward.reward_kwargs.overlong_buffer_cfg"
 SHIM_KWARGS = "+reward.custom_reward_function.reward_kwargs"
+AGENT = f"{ROLLOUT}.agent"
+MULTI_TURN = f"{ROLLOUT}.multi_turn"
+# agent_loop.AGENT_NAME and the loop's class; not imported: agent_loop.py imports verl's agent loop and its extras
+AGENT_LOOP_NAME = "evotrainer_env"
+AGENT_LOOP_TARGET = "evotrainer.backends.verl.agent_loop.EnvAgentLoop"
+# the verl keys the agent-loop wiring sets for a multi-turn task; trainer.verl.overrides may not replace them
+AGENT_LOOP_KEYS = (f"{AGENT}.", f"{MULTI_TURN}.", "data.max_response_length")
+TURN_OVERHEAD_TOKENS = 32  # chat-template tokens around one turn and its observation (a generous bound)
 
 # Our aggregation names are verl's; the table is explicit so a new name on either side is a KeyError here.
 LOSS_AGG = {"token-mean": "token-mean", "seq-mean-token-mean": "seq-mean-token-mean",
@@ -58,6 +76,17 @@ RECIPE_TO_VERL: dict[str, tuple[str, ...]] = {
     "grad_clip": (f"{ACTOR}.optim.clip_grad",),
     "weight_decay": (f"{ACTOR}.optim.weight_decay",),
 }
+
+# env.yaml knob -> where it goes under verl ("agent_loop.*": a keyword argument of EnvAgentLoop, from the
+# agent-loop yaml; the multi_turn keys mirror it in verl's own config). () = no verl counterpart: refused
+# unless at ENV_OFF's value (check_multi_turn_for_verl).
+ENV_TO_VERL: dict[str, tuple[str, ...]] = {
+    "max_turns": ("agent_loop.max_turns", f"{MULTI_TURN}.max_assistant_turns"),
+    "max_observation_chars": ("agent_loop.max_observation_chars", f"{MULTI_TURN}.max_tool_response_length"),
+    # verl trains on every episode the agent loop returns and normalises each group over all of them
+    "episode_filter": (),
+}
+ENV_OFF = {"episode_filter": "none"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,20 @@ class VerlJob:
     gpu_memory_utilization: float = 0.5
     clip_ratio_c: float = 3.0
     extra: tuple[str, ...] = field(default_factory=tuple)
+    agent_loop: AgentLoopJob | None = None  # set for a multi-turn task
+
+
+@dataclass(frozen=True)
+class AgentLoopJob:
+    """What a multi-turn task needs under verl: where the agent-loop yaml lives (next to the job's other
+    verl files), the episode's token budget after the prompt (verl's response length), the per-turn
+    token cap (the recipe's max_response_len) and the env.yaml knobs the loop passes to the environment."""
+
+    config_path: str
+    response_length: int
+    max_turn_tokens: int
+    max_turns: int | None = None
+    max_observation_chars: int | None = None
 
 
 def _value(value: Any) -> str:
@@ -136,8 +179,78 @@ def check_recipe_for_verl(recipe: dict[str, Any], where: str = "recipe.yaml") ->
     return recipe
 
 
-def recipe_overrides(recipe: dict[str, Any], where: str = "recipe.yaml") -> list[str]:
+def check_multi_turn_for_verl(recipe: dict[str, Any], env_knobs: dict[str, Any] | None,
+                              where: str = "harness") -> dict[str, Any]:
+    """env.yaml's knobs (checked) for a multi-turn task under verl; a knob or recipe key verl cannot honour
+    for episodes is refused (HarnessError naming it) instead of being dropped."""
+    knobs = check_env(dict(env_knobs or {}), f"{where}/env.yaml")
+    for key, off in ENV_OFF.items():
+        if knobs.get(key, off) != off:
+            raise HarnessError(f"{where}/env.yaml: {key!r} = {knobs[key]!r} has no verl counterpart (verl trains on every "
+                               f"episode its agent loop returns); under trainer=verl set {key}: {off}, or train with "
+                               "trainer=local")
+    if recipe["overlong_buffer"] > 0:
+        raise HarnessError(f"{where}/recipe.yaml: 'overlong_buffer' ({recipe['overlong_buffer']}) shapes one response, but "
+                           "under trainer=verl a multi-turn task's response is the whole episode (turns and "
+                           "observations), which verl's DAPO buffer would penalise instead; set overlong_buffer: 0")
+    return knobs
+
+
+def episode_budget(recipe: dict[str, Any], knobs: dict[str, Any], context_tokens: int, max_prompt_length: int) -> int:
+    """verl's response length for an episode: the policy's context after the longest prompt (the local
+    trainer's context limit), capped where env.yaml bounds the episode (turns x (turn + observation))."""
+    room = int(context_tokens) - int(max_prompt_length)
+    if room < recipe["max_response_len"]:
+        raise HarnessError(f"verl agent loop: the policy's context ({context_tokens} tokens) leaves {room} after the "
+                           f"longest prompt ({max_prompt_length}), less than one turn (max_response_len "
+                           f"{recipe['max_response_len']})")
+    if "max_turns" in knobs and "max_observation_chars" in knobs:
+        per_turn = recipe["max_response_len"] + knobs["max_observation_chars"] + TURN_OVERHEAD_TOKENS
+        room = min(room, knobs["max_turns"] * per_turn)
+    return room
+
+
+def agent_loop_job(recipe: dict[str, Any], env_knobs: dict[str, Any] | None, *, config_path: str | Path,
+                   context_tokens: int, max_prompt_length: int, where: str = "harness") -> AgentLoopJob:
+    r = check_recipe_for_verl(recipe, f"{where}/recipe.yaml")
+    knobs = check_multi_turn_for_verl(r, env_knobs, where)
+    return AgentLoopJob(config_path=str(Path(config_path).resolve()),
+                        response_length=episode_budget(r, knobs, context_tokens, max_prompt_length),
+                        max_turn_tokens=r["max_response_len"], max_turns=knobs.get("max_turns"),
+                        max_observation_chars=knobs.get("max_observation_chars"))
+
+
+def agent_loop_entries(loop: AgentLoopJob) -> list[dict[str, Any]]:
+    """The agent-loop yaml's content: verl's AgentLoopWorker registers each entry under ``name`` and
+    instantiates ``_target_`` with the other keys as keyword arguments."""
+    knobs = {"max_turns": loop.max_turns, "max_observation_chars": loop.max_observation_chars}
+    return [{"name": AGENT_LOOP_NAME, "_target_": AGENT_LOOP_TARGET, "max_turn_tokens": loop.max_turn_tokens,
+             **{key: value for key, value in knobs.items() if value is not None}}]
+
+
+def agent_loop_yaml(loop: AgentLoopJob) -> str:
+    return yaml.safe_dump(agent_loop_entries(loop), sort_keys=False)
+
+
+def agent_loop_overrides(loop: AgentLoopJob) -> list[str]:
+    pairs: list[tuple[str, Any]] = [
+        (f"{MULTI_TURN}.enable", True),
+        (f"{AGENT}.default_agent_loop", AGENT_LOOP_NAME),  # the rows carry no agent_name column
+        (f"{AGENT}.agent_loop_config_path", loop.config_path),
+    ]
+    if loop.max_turns is not None:
+        pairs.append((f"{MULTI_TURN}.max_assistant_turns", loop.max_turns))
+    if loop.max_observation_chars is not None:
+        pairs.append((f"{MULTI_TURN}.max_tool_response_length", loop.max_observation_chars))
+    return [f"{key}={_value(value)}" for key, value in pairs]
+
+
+def recipe_overrides(recipe: dict[str, Any], where: str = "recipe.yaml", agent_loop: AgentLoopJob | None = None
+                     ) -> list[str]:
+    """The recipe's overrides; with ``agent_loop`` (a multi-turn task) the response length is the episode's
+    budget (the per-turn cap max_response_len goes to the agent loop)."""
     r = check_recipe_for_verl(recipe, where)
+    response_length = agent_loop.response_length if agent_loop else r["max_response_len"]
     pairs: list[tuple[str, Any]] = [
         ("algorithm.adv_estimator", ADV_ESTIMATORS[0]),
         ("algorithm.norm_adv_by_std_in_grpo", r["norm_adv_by_std"]),
@@ -146,7 +259,7 @@ def recipe_overrides(recipe: dict[str, Any], where: str = "recipe.yaml") -> list
         ("algorithm.filter_groups.metric", "reward"),  # zero-variance groups of the final (shaped) reward
         ("algorithm.filter_groups.max_num_gen_batches", r["dynamic_sampling_max_batches"]),
         ("data.train_batch_size", r["prompts_per_step"]),
-        ("data.max_response_length", r["max_response_len"]),
+        ("data.max_response_length", response_length),
         (f"{ACTOR}.ppo_mini_batch_size", r["prompts_per_step"]),  # one optimizer step per pass, as locally
         (f"{ACTOR}.ppo_epochs", r["ppo_epochs"]),
         (f"{ACTOR}.optim.lr", r["lr"]),
@@ -164,7 +277,7 @@ def recipe_overrides(recipe: dict[str, Any], where: str = "recipe.yaml") -> list
         (f"{ROLLOUT}.temperature", r["temperature"]),
         (f"{ROLLOUT}.top_p", r["top_p"]),
         ("reward.reward_manager.name", "dapo"),  # dict scores + overlong shaping; naive has no overlong buffer
-        ("+reward.reward_kwargs.max_resp_len", r["max_response_len"]),
+        ("+reward.reward_kwargs.max_resp_len", response_length),
         (f"{OVERLONG}.enable", r["overlong_buffer"] > 0),
         (f"{OVERLONG}.len", r["overlong_buffer"]),
         (f"{OVERLONG}.penalty_factor", r["overlong_penalty"]),
@@ -222,8 +335,11 @@ def job_overrides(job: VerlJob, prompts_per_step: int) -> list[str]:
 
 
 def build_overrides(recipe: dict[str, Any], job: VerlJob, where: str = "recipe.yaml") -> list[str]:
-    """All overrides for one run: recipe, then job, then the user's extra overrides (last wins)."""
-    return recipe_overrides(recipe, where) + job_overrides(job, recipe["prompts_per_step"]) + list(job.extra)
+    """All overrides for one run: recipe, then job (and its agent loop), then the user's extra overrides
+    (last wins; preflight refuses those that replace the agent loop of a multi-turn task)."""
+    loop = agent_loop_overrides(job.agent_loop) if job.agent_loop else []
+    return (recipe_overrides(recipe, where, job.agent_loop) + job_overrides(job, recipe["prompts_per_step"]) + loop
+            + list(job.extra))
 
 
 def verl_config_dir() -> Path:
@@ -246,8 +362,9 @@ def compose(overrides: list[str]):
         return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
-def preflight(overrides: list[str]):
-    """Compose and validate as verl's main_ppo would, plus the value checks verl does not make.
+def preflight(overrides: list[str], agent_loop: AgentLoopJob | None = None):
+    """Compose and validate as verl's main_ppo would, plus the value checks verl does not make (and, for a
+    multi-turn task, that the composed config still runs ``agent_loop``).
 
     Raises ValueError naming the override at fault; returns the composed config."""
     from hydra.errors import HydraException
@@ -277,7 +394,23 @@ def preflight(overrides: list[str]):
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     except (AssertionError, ValueError) as err:
         raise ValueError(f"verl's validate_config rejected the overrides: {err}") from err
+    if agent_loop is not None:
+        _check_agent_loop(cfg, agent_loop)
     return cfg
 
 
+def _check_agent_loop(cfg, loop: AgentLoopJob) -> None:
+    rollout = cfg.actor_rollout_ref.rollout
+    wanted = {f"{AGENT}.default_agent_loop": (rollout.agent.default_agent_loop, AGENT_LOOP_NAME),
+              f"{AGENT}.agent_loop_config_path": (rollout.agent.agent_loop_config_path, loop.config_path),
+              f"{MULTI_TURN}.enable": (rollout.multi_turn.enable, True),
+              "data.max_response_length": (cfg.data.max_response_length, loop.response_length)}
+    for key, (got, want) in wanted.items():
+        if got != want:
+            raise ValueError(f"verl override {key}={got!r}: a multi-turn task runs evotrainer's agent loop, which needs "
+                             f"{want!r}; remove it from trainer.verl.overrides")
+
+
 assert set(RECIPE_TO_VERL) == set(RECIPE_SCHEMA), "every recipe key must be mapped to verl (RECIPE_TO_VERL)"
+assert set(ENV_TO_VERL) == set(ENV_SCHEMA), "every env.yaml knob must be mapped to verl or refused (ENV_TO_VERL)"
+assert all(ENV_TO_VERL[key] or key in ENV_OFF for key in ENV_SCHEMA), "an unmapped env.yaml knob needs its off value"

@@ -115,5 +115,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, *, h
     row = {"data_source": str(_plain(data_source)), "solution_str": str(solution_str), "ground_truth": truth,
            "extra_info": extra | {"verification": verdict}}
     with s.lock:
-        scores, components = s.worker.score([row])
+        scores, components, turn_rewards = s.worker.score_turns([row])
+    if turn_rewards[0] is not None:  # verl's agent loop adds no per-turn advantages: refuse, never drop silently
+        from evotrainer.sandbox.runner import SandboxError
+
+        raise SandboxError("the harness reward returned turn_rewards (turn-level credit), which trainer=verl does "
+                           "not apply; set its turn-credit constants to 0 or train with trainer=local", "reward_error")
     return {"score": float(scores[0])} | {key: float(values[0]) for key, values in components.items()}
