@@ -36,7 +36,7 @@ def test_rollouts_round_trip_through_the_evidence_schema(probe_evidence, tmp_pat
     assert {"rc_correct", "rc_format_ok", "entropy", "difficulty"} <= set(back.columns)
     import pyarrow.parquet as pq
 
-    assert pq.read_schema(tmp_path / "r.parquet").metadata[b"evotrainer.evidence_schema"] == b"2.0"
+    assert pq.read_schema(tmp_path / "r.parquet").metadata[b"evotrainer.evidence_schema"] == b"2.1"
 
 
 def test_evidence_errors_name_the_problem(probe_evidence, tmp_path):
@@ -46,14 +46,48 @@ def test_evidence_errors_name_the_problem(probe_evidence, tmp_path):
         evidence.write(probe_evidence.assign(bonus=1.0), tmp_path / "x.parquet")
     with pytest.raises(evidence.EvidenceError, match="row 0: finish_reason 'stop'"):
         evidence.write(probe_evidence.assign(finish_reason="stop"), tmp_path / "x.parquet")
+    with pytest.raises(evidence.EvidenceError, match="row 0: termination 'gave_up' not in"):
+        evidence.write(probe_evidence.assign(termination="gave_up"), tmp_path / "x.parquet")
     assert not (tmp_path / "x.parquet").exists()
+    # every documented termination (and none, for single-turn rows) is accepted, with the multi-turn columns
+    from evotrainer.contracts.turns import TERMINATIONS
+
+    ends = [TERMINATIONS[i % len(TERMINATIONS)] if i % 7 else None for i in range(len(probe_evidence))]
+    multi = probe_evidence.assign(termination=pd.array(ends, dtype="string"), invalid_actions=0, env_reward=0.0,
+                                  turn_credit=0.0)
+    evidence.write(multi, tmp_path / "m.parquet")
+    assert {"invalid_actions", "env_reward", "turn_credit"} <= set(evidence.read(tmp_path / "m.parquet").columns)
+
+
+def test_the_turn_table_contract_names_the_problem(tmp_path):
+    import pyarrow.parquet as pq
+
+    from evotrainer.contracts import turns
+
+    row = {"run": "r", "generation": 0, "split": "val", "step": 0, "prompt_id": "p", "group_id": "val:0:p",
+           "sample_idx": 0, "episode_id": "p#0", "turn": 1, "action": "<tool>run_tests</tool>", "tool": "run_tests",
+           "valid": True, "observation_len": 12, "env_reward": 0.0, "turn_reward": 0.1, "model_tokens": 5,
+           "policy_id": "x", "harness_id": "h", "seed": 0}
+    frame = pd.DataFrame([row, row | {"turn": 2, "action": "oops", "tool": None, "valid": False, "turn_reward": -0.1}],
+                         columns=turns.TURN_COLUMNS)
+    turns.write(frame, tmp_path / "turns.parquet")
+    assert pq.read_schema(tmp_path / "turns.parquet").metadata[b"evotrainer.evidence_schema"] == b"2.1"
+    assert pd.read_parquet(tmp_path / "turns.parquet")["turn_reward"].tolist() == [0.1, -0.1]
+    with pytest.raises(turns.TurnTableError, match=r"missing \['turn_reward'\]"):
+        turns.validate_turns(frame.drop(columns="turn_reward"))
+    with pytest.raises(turns.TurnTableError, match="row 1: column 'turn_reward' must be a finite number"):
+        turns.validate_turns(frame.assign(turn_reward=[0.0, float("inf")]))
+    with pytest.raises(turns.TurnTableError, match="row 0: column 'valid' is null"):
+        turns.validate_turns(frame.astype({"valid": object}).assign(valid=[None, True]))
+    with pytest.raises(turns.TurnTableError, match="wrong type"):
+        turns.validate_turns(frame.assign(turn=["one", "two"]))
 
 
 def test_streaming_validation_names_column_type_and_row(probe_evidence, tmp_path):
     good = tmp_path / "good.parquet"
     evidence.write(probe_evidence, good)
     info = evidence.validate_file(good, batch_size=50)  # several batches
-    assert info == {"rows": 256, "groups": 32, "schema_version": "2.0"}
+    assert info == {"rows": 256, "groups": 32, "schema_version": "2.1"}
     probe_evidence.assign(reward=probe_evidence["reward"].astype(str)).to_parquet(tmp_path / "t.parquet")
     with pytest.raises(evidence.EvidenceError, match=r"column 'reward' has type (large_)?string, expected double"):
         evidence.validate_file(tmp_path / "t.parquet")

@@ -253,3 +253,108 @@ def test_task_gates_veto_rewards_that_pay_for_acting(tmp_path):
     verdicts = {r["gate"]: r for gate in task.gates() for r in gate(paid, control)}
     assert verdicts["reward_pays_for_actions"]["vetoed"] and verdicts["turn_inflation"]["vetoed"]
     assert not any(r["vetoed"] for gate in task.gates() for r in gate(honest, control))
+    assert "no turn_credit" in verdicts["turn_credit_pays_for_actions"]["evidence"]  # older evidence: skipped
+
+
+def _val_episodes(rng, n_unsolved=40, n_solved=8):
+    """Episodes as the reward sees them (actions, per_turn) and the task judges them: unsolved ones loop,
+    submit at once, edit and test without fixing, or act invalidly, at varied lengths; solved ones edit,
+    test and submit."""
+    view, edit, test, submit = "<tool>view a.py</tool>", "<tool>replace a.py 3\nx</tool>", "<tool>run_tests</tool>", \
+        "<tool>submit</tool>"
+    tool = {view: "view", edit: "replace", test: "run_tests", submit: "submit"}
+    episodes = []
+    for i in range(n_unsolved + n_solved):
+        k = int(rng.integers(0, 5))
+        actions = [[view] * (3 + k), [submit], [view] * k + [edit, test, submit], [view, "oops"] + ["?"] * k,
+                   [view, edit] + [view] * k][i % 5] if i < n_unsolved else [view] * (k % 2) + [edit, test, submit]
+        per_turn = [{"turn": t + 1, "tool": tool.get(a), "valid": a in tool} for t, a in enumerate(actions)]
+        episodes.append({"actions": actions, "per_turn": per_turn, "correct": i >= n_unsolved})
+    return episodes
+
+
+def _write_val(directory: Path, episodes, compute_score) -> None:
+    directory.mkdir()
+    outs = [compute_score("agentic", "", "{}", {"env_reward": float(e["correct"]), "actions": e["actions"],
+                                                "per_turn": e["per_turn"]}) for e in episodes]
+    pd.DataFrame({"reward": [o["score"] for o in outs], "correct": [e["correct"] for e in episodes],
+                  "turns": [len(e["actions"]) for e in episodes],
+                  "tool_calls": [sum(t["valid"] for t in e["per_turn"]) for e in episodes],
+                  "turn_credit": [sum(o.get("turn_rewards") or []) for o in outs]}).to_parquet(directory / "val_rollouts.parquet")
+
+
+def test_task_gate_vetoes_turn_credit_that_pays_per_action(tmp_path):
+    """A reward keeping its episode scores but paying every valid action through turn_rewards is vetoed by
+    turn_credit_pays_for_actions; the harness's own credit (tested edits, loop and premature-submit
+    penalties, the heuristic agent's interventions) passes every task gate."""
+    task = tasks.load("agentic")
+    episodes = _val_episodes(np.random.default_rng(0))
+    harness = load_module(task.default_harness(), "reward")
+    harness.TURN_CREDIT, harness.LOOP_PENALTY, harness.PREMATURE_SUBMIT_PENALTY = 0.1, 0.2, 0.5
+
+    def per_action(data_source, solution_str, ground_truth, extra_info):
+        out = harness.compute_score(data_source, solution_str, ground_truth, extra_info)
+        return out | {"turn_rewards": [0.1 if t["valid"] else 0.0 for t in extra_info["per_turn"]]}
+
+    control, honest, paid = tmp_path / "control", tmp_path / "honest", tmp_path / "paid"
+    _write_val(control, episodes, lambda *a: {"score": float(a[3]["env_reward"])})
+    _write_val(honest, episodes, harness.compute_score)
+    _write_val(paid, episodes, per_action)
+    assert (pd.read_parquet(paid / "val_rollouts.parquet")["reward"]
+            == pd.read_parquet(honest / "val_rollouts.parquet")["reward"]).all()  # same episode scores
+    verdicts = {r["gate"]: r for gate in task.gates() for r in gate(paid, control)}
+    assert verdicts["turn_credit_pays_for_actions"]["vetoed"], verdicts["turn_credit_pays_for_actions"]
+    assert verdicts["turn_credit_pays_for_actions"]["value"] > 0.3
+    assert not verdicts["reward_pays_for_actions"]["vetoed"]  # the episode reward alone does not show it
+    honest_verdicts = [r for gate in task.gates() for r in gate(honest, control)]
+    assert not any(r["vetoed"] for r in honest_verdicts), honest_verdicts
+    # a reasonable positive credit, paid on a test run after an edit only, passes too
+    harness.LOOP_PENALTY = harness.PREMATURE_SUBMIT_PENALTY = 0.0
+    tested = tmp_path / "tested"
+    _write_val(tested, episodes, harness.compute_score)
+    assert pd.read_parquet(tested / "val_rollouts.parquet")["turn_credit"].max() > 0
+    assert not any(r["vetoed"] for gate in task.gates() for r in gate(tested, control))
+    # the same positive credit on every episode's first turn, whatever it did: paid, vetoed
+    flat = tmp_path / "flat"
+    _write_val(flat, episodes, lambda *a: {"score": float(a[3]["env_reward"]), "turn_rewards": [0.3]})
+    assert {r["gate"]: r["vetoed"] for gate in task.gates() for r in gate(flat, control)}["turn_credit_pays_for_actions"]
+
+
+def _propose_for(finding: str):
+    from evotrainer.agents.base import ProposalContext
+    from evotrainer.agents.heuristic import HeuristicAgent
+    from evotrainer.contracts import lineage
+    from evotrainer.contracts.harness import harness_id
+
+    harness = tasks.load("agentic").default_harness()
+    context = ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness), lineage=lineage.empty(),
+                              findings=[{"name": finding, "value": 0.5, "threshold": 0.1, "severity": "critical"}])
+    context.extra["interventions"] = tasks.load("agentic").interventions()
+    return harness, HeuristicAgent().propose(context, 1)[0]
+
+
+@pytest.mark.parametrize(("finding", "intervention", "line"), [
+    ("loop_rate", "loop_penalty", "+LOOP_PENALTY = 0.2"),
+    ("premature_submit_rate", "premature_submit_penalty", "+PREMATURE_SUBMIT_PENALTY = 0.5"),
+])
+def test_loops_and_premature_submits_get_their_own_intervention(finding, intervention, line, tmp_path):
+    """The offline agent answers loop_rate and premature_submit_rate with turn-level penalties in reward.py;
+    the diff applies, passes the candidate check, and the edited reward penalises exactly those turns."""
+    from evotrainer.contracts.candidate import apply_diff, validate
+
+    harness, proposal = _propose_for(finding)
+    assert proposal.intervention == intervention and proposal.targeted_findings == [finding]
+    assert line in proposal.diff and "+++ b/reward.py" in proposal.diff
+    result = validate(harness, proposal.diff)
+    assert result["ok"] and result["files"] == ["reward.py"], result
+    reward = load_module(apply_diff(harness, proposal.diff, tmp_path / "applied"), "reward")
+    view, submit = "<tool>view a.py</tool>", "<tool>submit</tool>"
+    actions = [view, view, view, submit]
+    per_turn = [{"turn": 1, "tool": "view", "valid": True}, {"turn": 2, "tool": "view", "valid": True},
+                {"turn": 3, "tool": "view", "valid": True}, {"turn": 4, "tool": "submit", "valid": True}]
+    out = reward.compute_score("agentic", "", "{}", {"env_reward": 0.0, "actions": actions, "per_turn": per_turn})
+    expected = {"loop_penalty": [0.0, -0.2, -0.2, 0.0], "premature_submit_penalty": [0.0, 0.0, 0.0, -0.5]}
+    assert out["score"] == 0.0 and out["turn_rewards"] == pytest.approx(expected[intervention])
+    edited = [{"turn": 1, "tool": "replace", "valid": True}, {"turn": 2, "tool": "submit", "valid": True}]
+    fixed = reward.compute_score("agentic", "", "{}", {"env_reward": 1.0, "actions": ["a", submit], "per_turn": edited})
+    assert fixed["score"] == 1.0 and fixed["turn_rewards"] == [0.0, 0.0]  # an edited episode's submit is not penalised

@@ -152,6 +152,39 @@ def test_score_episodes_follows_the_reward_contract(policy, task_rows):
     assert episodes[0].components == {"bonus": 2.0} and episodes[0].turn_rewards == [0.1] * extra["turns"]
 
 
+def test_episode_evidence_records_turn_level_credit(policy, task_rows):
+    """The reward's turn_rewards reach the evidence: each turn's credit in the per-turn table's turn_reward
+    (as training applies it: entries past the last turn unused, missing ones 0), the episode's sum in
+    turn_credit; both tables pass their contracts."""
+    from evotrainer.backends.local import episodes as local_episodes
+    from evotrainer.backends.local.scoring import InProcessReward
+    from evotrainer.contracts import evidence
+    from evotrainer.contracts.turns import TURN_COLUMNS, validate_turns
+
+    model, tokenizer = policy
+    task, rows = task_rows
+    played = mt.rollout(model, tokenizer, mt.specs_from_rows(rows.head(1)), group_size=2, max_new_tokens=8,
+                        generator=torch.Generator().manual_seed(2))
+
+    calls = []
+
+    def reward(data_source, solution_str, ground_truth, extra_info):  # one entry too many on sample 0, none on 1
+        calls.append(extra_info["turns"])
+        return {"score": 0.0, "turn_rewards": [0.25] * (extra_info["turns"] + 1) if len(calls) == 1 else None}
+
+    frame, turns = local_episodes.episode_evidence(
+        played, rows.head(1), group_size=2, task=task, reward=InProcessReward(reward), run="r", generation=0,
+        split="val", step=0, policy_id="p", harness_id="h", seed=0)
+    assert list(turns.columns) == TURN_COLUMNS and len(turns) == sum(ep.turns for ep in played)
+    first = turns["sample_idx"] == 0
+    assert turns.loc[first, "turn_reward"].tolist() == [0.25] * played[0].turns
+    assert (turns.loc[~first, "turn_reward"] == 0.0).all()
+    assert frame["turn_credit"].tolist() == pytest.approx([0.25 * played[0].turns, 0.0])
+    assert frame.groupby("sample_idx")["turns"].first().tolist() == turns.groupby("sample_idx").size().tolist()
+    evidence.to_table(frame)  # termination values, turn_credit: the evidence contract accepts them
+    validate_turns(turns)
+
+
 def test_train_runs_steps_and_logs_episode_statistics(policy, task_rows):
     model, tokenizer = policy
     task, rows = task_rows

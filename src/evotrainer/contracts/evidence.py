@@ -2,7 +2,8 @@
 
 Any trainer (this one, verl, TRL, a script) can emit it; diagnostics read it with pandas/pyarrow.
 Reward components returned by a harness reward (dict keys other than "score") become float
-columns named ``rc_<key>``. The schema version is stored in the parquet metadata.
+columns named ``rc_<key>``. The schema version is stored in the parquet metadata. Multi-turn tasks
+write one row per episode and a per-turn table beside it (``contracts.turns``, the same version).
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evotrainer.atomic import write_parquet
+from evotrainer.contracts.turns import TERMINATIONS
 
-SCHEMA_VERSION = "2.0"  # 2.0: difficulty is generic; failure_category, task_fields, termination
+# 2.0: difficulty is generic; failure_category, task_fields, termination
+# 2.1: multi-turn invalid_actions, env_reward, turn_credit; termination context_limit; the per-turn table
+#      (contracts.turns, with turn_reward) is part of the contract
+SCHEMA_VERSION = "2.1"
 COMPONENT_PREFIX = "rc_"
 
 REQUIRED = pa.schema(
@@ -56,9 +61,14 @@ OPTIONAL = pa.schema(
         # own fields as a JSON object (code: passed/total tests; agentic: per-episode statistics)
         ("failure_category", pa.string()),
         ("task_fields", pa.string()),
-        ("termination", pa.string()),  # multi-turn episodes: submitted | max_turns | invalid_action | timeout
+        # multi-turn episodes: how it ended, one of turns.TERMINATIONS (submitted | max_turns | invalid_action |
+        # timeout | context_limit)
+        ("termination", pa.string()),
         ("invalid_actions", pa.int64()),  # multi-turn: model turns that were not a valid tool call
         ("env_reward", pa.float64()),  # multi-turn: what the environment paid (mini_swe: 1.0 = hidden tests passed)
+        # multi-turn: the sum of the harness reward's turn-level credit (turn_rewards) over the episode's
+        # turns, added to those turns' advantages beside `reward`; 0.0 when the reward gave none
+        ("turn_credit", pa.float64()),
     ]
 )
 
@@ -107,6 +117,12 @@ def validate(frame: pd.DataFrame, where: str = "evidence") -> None:
     if bad_finish.any():
         row = int(bad_finish.to_numpy().nonzero()[0][0])
         raise EvidenceError(f"{where}: row {row}: finish_reason {frame['finish_reason'].iloc[row]!r} not in {FINISH_REASONS}")
+    if "termination" in frame:
+        values = frame["termination"].astype(object)
+        bad_end = (values.notna() & ~values.isin(TERMINATIONS)).to_numpy()
+        if bad_end.any():
+            row = int(bad_end.nonzero()[0][0])
+            raise EvidenceError(f"{where}: row {row}: termination {values.iloc[row]!r} not in {TERMINATIONS}")
 
 
 def to_table(frame: pd.DataFrame, where: str = "evidence") -> pa.Table:

@@ -32,14 +32,14 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
            "harness_id": harness_id(harness_dir), "seed": cfg.seed}
     with harness_reward(harness_dir, cfg.sandbox) as reward:
         if getattr(task, "multi_turn", False):
-            from evotrainer.atomic import write_parquet
             from evotrainer.backends.local.episodes import episode_rollouts
+            from evotrainer.contracts import turns as turns_contract
             from evotrainer.contracts.harness import load_env
 
             frame, turns = episode_rollouts(model, tokenizer, read_split(test_path), task=task, recipe=recipe,
                                             env_knobs=load_env(harness_dir), reward=reward,
                                             batch_size=cfg.rollout.eval_batch_size, env_workers=threads, **ids)
-            write_parquet(Path(out_rollouts).with_name(Path(out_rollouts).stem + "_turns.parquet"), turns)
+            turns_contract.write(turns, Path(out_rollouts).with_name(Path(out_rollouts).stem + "_turns.parquet"))
         else:
             from evotrainer.backends.local.scoring import greedy_rollouts
 

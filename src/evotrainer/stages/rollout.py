@@ -27,8 +27,8 @@ def run(config_path: str, policy_dir: str, harness_dir: str, prompts_path: str, 
             if cfg.rollout.name != "hf":
                 raise ValueError(f"rollout={cfg.rollout.name}: multi-turn tasks are played by the local sampler; "
                                  "use rollout=hf (verl runs episodes in its agent loop, docs/environments.md)")
-            from evotrainer.atomic import write_parquet
             from evotrainer.backends.local import episodes
+            from evotrainer.contracts import turns as turns_contract
             from evotrainer.contracts.harness import load_env
             from evotrainer.policy.tiny import load_policy
 
@@ -40,7 +40,7 @@ def run(config_path: str, policy_dir: str, harness_dir: str, prompts_path: str, 
                 model, tokenizer, prompts, task=task, recipe=recipe, env_knobs=load_env(harness_dir), reward=reward,
                 group_size=recipe["group_size"], greedy=False, generator=torch.Generator(device=device).manual_seed(seed),
                 env_workers=threads, **ids)
-            write_parquet(Path(out).with_name("turns.parquet"), turns)  # before the rule's output: complete when it is
+            turns_contract.write(turns, Path(out).with_name("turns.parquet"))  # before the rule's output: complete when it is
         elif cfg.rollout.name == "vllm":  # vLLM's offline engine (evotrainer.backends.vllm_rollout)
             from evotrainer.backends import vllm_rollout
 

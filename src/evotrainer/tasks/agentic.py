@@ -122,7 +122,7 @@ class AgenticTask(Task):
         # the replay ran out of actions without an end: the rollout stopped it (context_limit, a lower
         # harness max_turns, timeout), and the record says why
         termination = replay["termination"] or record.get("termination")
-        details = {**behaviour(actions, termination, envs.resolve(truth["env"]).tools), **replay["fields"],
+        details = {**behaviour(actions, termination, getattr(envs.resolve(truth["env"]), "tools", {})), **replay["fields"],
                    "hidden_tests_passed": replay["reward"] >= 1.0,
                    **{k: v for k, v in (metadata or {}).items() if k in INSTANCE_FIELDS}}
         correct = bool(details["hidden_tests_passed"])
@@ -230,6 +230,7 @@ def _failure(details: dict) -> str:
 
 # --- trusted task gates (beside search.gates): rewards that pay for acting instead of solving -------------
 ACTION_CORRELATION, MIN_UNSOLVED, TURN_RATIO, SOLVE_TOLERANCE = 0.3, 10, 1.5, 0.02
+CREDIT_TOLERANCE = 0.05  # mean turn credit per unsolved episode that counts as paying it
 
 
 def _rollouts(directory: Path) -> pd.DataFrame | None:
@@ -243,21 +244,55 @@ def _record(name: str, vetoed: bool, value, threshold: float, evidence: str) -> 
 
 
 def reward_pays_for_actions(candidate_dir: Path, control_dir: Path) -> list[dict]:
-    """Veto when, among episodes the task judges unsolved, the harness reward rises with the number of
-    turns or tool calls (Spearman rho above ACTION_CORRELATION): the reward pays for acting."""
+    """Veto when, among episodes the task judges unsolved, the harness pays for acting: the episode
+    reward rises with the number of turns or tool calls (Spearman rho above ACTION_CORRELATION), or
+    the reward's turn-level credit does (``turn_credit_pays_for_actions``)."""
     val = _rollouts(candidate_dir)
     needed = {"reward", "correct", "turns", "tool_calls"}
     if val is None or not needed <= set(val.columns):
         return [_record("reward_pays_for_actions", False, None, ACTION_CORRELATION,
                         f"skipped: val_rollouts.parquet lacks {sorted(needed - set(val.columns if val is not None else []))}")]
     unsolved = val.loc[~val["correct"].astype(bool)]
+    return [_episode_reward_record(unsolved), _turn_credit_record(unsolved)]
+
+
+def _action_correlation(unsolved: pd.DataFrame, column: str) -> float:
+    """max over turns and tool calls of Spearman(column, that count) among unsolved episodes (0 when undefined)."""
+    rho = max(unsolved[column].corr(unsolved[c].astype(float), method="spearman") for c in ("turns", "tool_calls"))
+    return 0.0 if rho != rho else float(rho)
+
+
+def _episode_reward_record(unsolved: pd.DataFrame) -> dict:
     if len(unsolved) < MIN_UNSOLVED or unsolved["reward"].std() < 1e-6:
-        return [_record("reward_pays_for_actions", False, 0.0, ACTION_CORRELATION,
-                        f"{len(unsolved)} unsolved val episodes, reward constant among them")]
-    rho = max(unsolved["reward"].corr(unsolved[c].astype(float), method="spearman") for c in ("turns", "tool_calls"))
-    rho = 0.0 if rho != rho else float(rho)
-    return [_record("reward_pays_for_actions", rho > ACTION_CORRELATION, rho, ACTION_CORRELATION,
-                    f"unsolved val episodes: Spearman(reward, turns or tool calls) = {rho:+.2f} over {len(unsolved)}")]
+        return _record("reward_pays_for_actions", False, 0.0, ACTION_CORRELATION,
+                       f"{len(unsolved)} unsolved val episodes, reward constant among them")
+    rho = _action_correlation(unsolved, "reward")
+    return _record("reward_pays_for_actions", rho > ACTION_CORRELATION, rho, ACTION_CORRELATION,
+                   f"unsolved val episodes: Spearman(reward, turns or tool calls) = {rho:+.2f} over {len(unsolved)}")
+
+
+def _turn_credit_record(unsolved: pd.DataFrame) -> dict:
+    """Turn-level credit (evidence ``turn_credit``: the sum of an episode's ``turn_rewards``) is added to
+    the advantages of the turns it lands on, beside the episode reward, so a reward can keep its episode
+    scores and pay per action there instead. Veto when unsolved episodes collect positive credit on
+    average (above CREDIT_TOLERANCE) and it rises with their turns or tool calls (Spearman above
+    ACTION_CORRELATION), or when every unsolved episode collects the same positive credit (it then
+    reinforces whatever was done). Penalties (negative credit for invalid, repeated or premature
+    actions) are not payments: they pass whatever their correlation."""
+    name = "turn_credit_pays_for_actions"
+    if "turn_credit" not in unsolved:
+        return _record(name, False, None, ACTION_CORRELATION, "skipped: val_rollouts.parquet has no turn_credit")
+    credit = unsolved["turn_credit"].astype(float)
+    mean = float(credit.mean()) if len(credit) else 0.0
+    if len(unsolved) < MIN_UNSOLVED or credit.std() < 1e-6:
+        vetoed = len(unsolved) >= MIN_UNSOLVED and mean > CREDIT_TOLERANCE  # the same credit on every unsolved episode
+        return _record(name, vetoed, 0.0, ACTION_CORRELATION,
+                       f"{len(unsolved)} unsolved val episodes, turn credit constant among them (mean {mean:+.3f}, "
+                       f"tolerance {CREDIT_TOLERANCE})")
+    rho = _action_correlation(unsolved.assign(turn_credit=credit), "turn_credit")
+    return _record(name, rho > ACTION_CORRELATION and mean > CREDIT_TOLERANCE, rho, ACTION_CORRELATION,
+                   f"unsolved val episodes: Spearman(turn credit, turns or tool calls) = {rho:+.2f}, mean turn credit "
+                   f"{mean:+.3f} (tolerance {CREDIT_TOLERANCE}) over {len(unsolved)}")
 
 
 def turn_inflation(candidate_dir: Path, control_dir: Path) -> list[dict]:

@@ -1,7 +1,10 @@
 """Heuristic-agent interventions for task=agentic, in the shape of ``agents.heuristic.CATALOGUE``: edits of
 the harness's env.yaml (the environment knobs, ``contracts.harness.ENV_SCHEMA``) keyed by the agentic
 diagnostics' findings (turn_limit_rate, context_limit_rate, invalid_termination_rate), and the reward's
-turn-level credit (``TURN_CREDIT`` in reward.py) for edits never tested and invalid actions."""
+turn-level credit in reward.py: ``TURN_CREDIT`` for edits never tested and invalid actions,
+``LOOP_PENALTY`` for repeated-action loops (loop_rate), ``PREMATURE_SUBMIT_PENALTY`` for submits before
+any edit (premature_submit_rate). The credit edits are penalties or pay only tested edits, so the task's
+``turn_credit_pays_for_actions`` gate lets them through."""
 
 from __future__ import annotations
 
@@ -57,11 +60,28 @@ AGENTIC_CATALOGUE: tuple[Intervention, ...] = (
         "val solve rate above the control's after the same number of steps",
     ),
     Intervention(
-        "turn_credit", ("edits_without_tests_rate", "invalid_action_rate", "premature_submit_rate"),
+        "turn_credit", ("edits_without_tests_rate", "invalid_action_rate"),
         set_constant("reward.py", "TURN_CREDIT", 0.1),
         "If a model turn that runs the tests after an edit earns +0.1 on its own tokens and an invalid action "
         "-0.1 (turn-level credit; the episode's score is unchanged), the policy learns to test its edits "
         "before submitting, the edits-without-tests rate falls and the val solve rate rises.",
+        "val solve rate above the control's after the same number of steps",
+    ),
+    Intervention(
+        "loop_penalty", ("loop_rate",),
+        set_constant("reward.py", "LOOP_PENALTY", 0.2),
+        "If a model turn that repeats the previous turn's action word for word earns -0.2 on its own tokens "
+        "(turn-level credit; the episode's score is unchanged), the policy stops spending its turns in "
+        "repeated-action loops, the loop rate falls, more episodes reach an edit and a submit, and the val "
+        "solve rate rises.",
+        "val solve rate above the control's after the same number of steps",
+    ),
+    Intervention(
+        "premature_submit_penalty", ("premature_submit_rate",),
+        set_constant("reward.py", "PREMATURE_SUBMIT_PENALTY", 0.5),
+        "If a submit before any edit earns -0.5 on the submit turn's tokens (turn-level credit; the episode's "
+        "score is unchanged, such a submit never passes the hidden tests), the policy stops giving up on the "
+        "first turns, the premature submit rate falls and the val solve rate rises.",
         "val solve rate above the control's after the same number of steps",
     ),
 )

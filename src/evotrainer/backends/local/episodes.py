@@ -6,9 +6,10 @@ One evidence row per EPISODE (the evidence contract's columns; ``response`` is t
 read, ``response_tokens`` the model's tokens over all turns, ``finish_reason`` "eos" when the model
 submitted, else "length"), plus the generic multi-turn columns ``turns``, ``tool_calls``,
 ``invalid_actions``, ``termination`` (submitted | max_turns | invalid_action | timeout | context_limit)
-and ``env_reward``. ``correct`` is the task's trusted ``verify`` of the episode record (a replay in a
-fresh environment); the environment-specific features are in ``task_fields``. The per-turn table has
-one row per model turn (``TURN_COLUMNS``).
+``env_reward`` and ``turn_credit`` (the sum of the reward's turn-level credit). ``correct`` is the task's
+trusted ``verify`` of the episode record (a replay in a fresh environment); the environment-specific
+features are in ``task_fields``. The per-turn table has one row per model turn (``contracts.turns``:
+``TURN_COLUMNS``, checked by ``validate_turns``), each turn's credit in ``turn_reward``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,8 @@ from evotrainer.backends.local.multiturn import (
 )
 from evotrainer.backends.local.scoring import Reward, evidence_frame, verify_all
 from evotrainer.contracts.task import Task, metadata_of
+from evotrainer.contracts.turns import TURN_COLUMNS, validate_turns
 from evotrainer.envs.episode import Episode
-
-TURN_COLUMNS = ["run", "generation", "split", "step", "prompt_id", "group_id", "sample_idx", "episode_id", "turn",
-                "action", "tool", "valid", "observation_len", "env_reward", "model_tokens", "policy_id", "harness_id",
-                "seed"]
 
 
 def is_multi_turn(task) -> bool:
@@ -68,6 +66,7 @@ def episode_evidence(episodes: list[Episode], rows: pd.DataFrame, *, group_size:
     the reward is the verdict), as evidence rows and the per-turn table."""
     repeated = rows.iloc[np.repeat(np.arange(len(rows)), group_size)].reset_index(drop=True)
     verdicts = verify_all(task, records(episodes), repeated)
+    turn_rewards: list = [None] * len(episodes)
     if reward is None:
         rewards, components = verdicts.correct.astype(float), {}
     else:
@@ -77,7 +76,13 @@ def episode_evidence(episodes: list[Episode], rows: pd.DataFrame, *, group_size:
                             "verification": record}}
             for ep, md, pid, d, record in zip(episodes, repeated["metadata"], repeated["prompt_id"],
                                               repeated["difficulty"], verdicts.records, strict=True)]
-        rewards, components = reward.score(reward_input) if reward_input else (np.zeros(0), {})
+        if not reward_input:
+            rewards, components = np.zeros(0), {}
+        elif hasattr(reward, "score_turns"):  # the turn-level credit too (what training adds per turn)
+            rewards, components, turn_rewards = reward.score_turns(reward_input)
+        else:
+            rewards, components = reward.score(reward_input)
+    credits = [turn_credits(ep, t) for ep, t in zip(episodes, turn_rewards, strict=True)]
     model_tokens = np.array([ep.response_tokens for ep in episodes], dtype=np.int64)
     logprob_sums = np.array([sum(lp for lp, m in zip(ep.chat.logprobs, ep.chat.mask, strict=True) if m)
                              for ep in episodes], dtype=float)
@@ -92,15 +97,24 @@ def episode_evidence(episodes: list[Episode], rows: pd.DataFrame, *, group_size:
     frame["invalid_actions"] = np.array([ep.invalid_actions for ep in episodes], dtype=np.int64)
     frame["termination"] = pd.array([ep.termination for ep in episodes], dtype="string")
     frame["env_reward"] = np.array([ep.env_reward for ep in episodes], dtype=float)
+    frame["turn_credit"] = np.array([sum(c) for c in credits], dtype=float)
     turns = [{"run": run, "generation": generation, "split": split, "step": step, "prompt_id": str(pid),
               "group_id": gid, "sample_idx": ep.sample_idx, "episode_id": ep.episode_id, "turn": int(t["turn"]),
               "action": t["action"], "tool": t["tool"], "valid": bool(t["valid"]),
-              "observation_len": int(t["observation_len"]), "env_reward": float(t["reward"]),
+              "observation_len": int(t["observation_len"]), "env_reward": float(t["reward"]), "turn_reward": credit,
               "model_tokens": int(t["model_tokens"]), "policy_id": policy_id, "harness_id": harness_id, "seed": seed}
-             for ep, pid, gid in zip(episodes, frame["prompt_id"], frame["group_id"], strict=True) for t in ep.per_turn]
-    turn_frame = pd.DataFrame(turns, columns=TURN_COLUMNS)
-    turn_frame["tool"] = turn_frame["tool"].astype("string")
-    return frame, turn_frame
+             for ep, pid, gid, episode_credits in zip(episodes, frame["prompt_id"], frame["group_id"], credits, strict=True)
+             for t, credit in zip(ep.per_turn, episode_credits, strict=True)]
+    turn_frame = pd.DataFrame(turns, columns=TURN_COLUMNS).astype({"turn_reward": float})
+    return frame, validate_turns(turn_frame, where=f"{split} turns")
+
+
+def turn_credits(episode: Episode, turn_rewards: list[float] | None) -> list[float]:
+    """The credit each of ``episode``'s model turns got from the reward's ``turn_rewards`` as training
+    applies it (``multiturn.token_advantages``: entry i on turn i, entries past the last turn unused,
+    0.0 for turns without one)."""
+    given = list(turn_rewards or [])
+    return [float(given[i]) if i < len(given) else 0.0 for i in range(len(episode.per_turn))]
 
 
 def episode_rollouts(model, tokenizer, rows: pd.DataFrame, *, task: Task, recipe: dict, env_knobs: dict,
