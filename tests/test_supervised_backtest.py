@@ -50,3 +50,41 @@ def test_a_failure_the_child_reports_keeps_its_label(tmp_path):
         supervise_command(child(code), tmp_path, hang_s=60)
     assert failed.value.label == "sandbox_crash"
     assert json.loads(result.read_text())["status"] == "failed"
+
+
+def _segfault(_):
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def _report(result_path: str):
+    from pathlib import Path
+
+    print("training in a forked child")
+    Path(result_path).write_text(json.dumps({"status": "ok"}))
+    return 0
+
+
+@pytest.mark.parametrize(("entry", "label"), [
+    (_segfault, "train_crash"),
+    (lambda _: (_ for _ in ()).throw(RuntimeError("boom")), "train_crash"),  # raises: exit 1, no result
+    (lambda _: __import__("os").kill(__import__("os").getpid(), __import__("signal").SIGKILL), "oom_killed"),
+], ids=["segfault", "raises", "sigkill"])
+def test_a_forked_training_child_fails_with_the_same_labels(tmp_path, entry, label):
+    from evotrainer.stages.backtest import _fork, supervise_start
+
+    with pytest.raises(TrainingFailed) as failed:
+        supervise_start(lambda log: _fork(entry, "", log), tmp_path, hang_s=60)
+    assert failed.value.label == label
+
+
+def test_a_forked_training_child_reports_its_result_and_its_output_goes_to_the_log(tmp_path):
+    import os
+
+    from evotrainer.stages.backtest import _fork, supervise_start
+
+    parent = os.getpid()
+    usage = supervise_start(lambda log: _fork(_report, str(tmp_path / "train_result.json"), log), tmp_path, hang_s=60)
+    assert usage["train_wall_s"] >= 0 and os.getpid() == parent  # the child never returned into this code
+    assert "training in a forked child" in (tmp_path / "train.log").read_text()
