@@ -11,6 +11,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``): on a
+    shared 2-core machine two threads contend and run ~10x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def task():
     """The embedded default task on the Task contract (its verify is the truth every test scores with)."""

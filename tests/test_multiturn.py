@@ -17,14 +17,7 @@ from evotrainer.envs.mini_swe import expert_actions, generate
 from evotrainer.envs.mini_swe.env import STATEMENT, MiniSweEnv
 from evotrainer.policy.qwen2_tiny import IM_END, build_model, build_tokenizer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: on a shared 2-core machine two threads contend and run ~10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -50,12 +50,7 @@ from evotrainer.policy.qwen2_tiny import IM_END, build_model, build_tokenizer  #
 KNOBS = {"max_turns": 3, "max_observation_chars": 100, "episode_filter": "none"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
