@@ -60,7 +60,9 @@ def main() -> None:
     backtests += [json.loads(p.read_text()) for p in run_dir.glob("baseline*/metrics.json")]
     ok = [m for m in backtests if m.get("status") == "ok"]
     init = json.loads((run_dir / "init" / "metrics.json").read_text())
-    train = sum(m["train_wall_s"] for m in ok) + init["wall_s"]
+    # a headline search arm copies its seed's warm start (rule share_init): it ran no SFT of its own
+    sft_wall = init["wall_s"] if (run_dir / "benchmarks" / "init.tsv").exists() else 0.0
+    train = sum(m["train_wall_s"] for m in ok) + sft_wall
     train_sampling = sum(m.get("train_sample_s", 0.0) for m in ok)
     by_rule = jobs.groupby("rule")["seconds"].sum()
     rollout = by_rule.get("rollout", 0.0) + by_rule.get("evaluate", 0.0) + sum(m.get("eval_wall_s", 0.0) for m in ok)
