@@ -310,14 +310,14 @@ def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, planted
         assert marker.exists(), "the run never reached gen0's selection"
         time.sleep(3)  # let snakemake register the select job as finished
     finally:
-        # what Ctrl-C does, pressed again every few seconds: Snakemake's log handler swallows a
+        # what Ctrl-C does, pressed again after 15 s if needed: Snakemake's log handler swallows a
         # KeyboardInterrupt that lands while it writes a record (snakemake/logging.py), and the run goes on
         deadline = time.time() + 120
         while proc.poll() is None and time.time() < deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+                proc.wait(timeout=15)
         proc.wait(timeout=10)
         log_file.close()
     assert not (run / "summary.json").exists(), "the run finished before it could be interrupted"
