@@ -275,6 +275,9 @@ class Config:
     run: str = "default"
     results_dir: str = "results"
     seed: int = 0
+    # local runs fork every stage job from one process that imported torch/transformers/pandas once
+    # (evotrainer.forkserver); false: a fresh interpreter per job. Never on SLURM or under --sdm conda.
+    forkserver: bool = True
     task: TaskConf = field(default_factory=TaskConf)
     policy: PolicyConf = field(default_factory=PolicyConf)
     trainer: TrainerConf = field(default_factory=TrainerConf)

@@ -6,8 +6,15 @@ import hashlib
 import os
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded at run time
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+def offline_defaults() -> None:
+    """Nothing is ever downloaded at run time (set before any HF import; again in a forked stage command,
+    which takes on its client's environment)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+offline_defaults()
 
 
 SEED_STRIDE = 7919  # offset between the training seeds of one backtest (search.seeds > 1)

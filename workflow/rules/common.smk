@@ -31,6 +31,10 @@ EVO = f"{sys.executable} -m evotrainer.cli stage"  # the interpreter running sna
 ENVS = {kind: f"{workflow.basedir}/envs/{kind}.yaml" for kind in ("cpu", "agent", "train-gpu")}
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     EVO = f"PYTHONPATH={workflow.basedir}/src python -m evotrainer.cli stage"
+elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
+    # local runs: each job is forked from one process that has imported torch, transformers, pandas and the
+    # stages (evotrainer/forkserver.py); saves their import in every job
+    EVO = f"EVOTRAINER_FORKSERVER=1 {EVO}"
 R = f"{RESULTS}/{{run}}"  # prefix of every per-run path pattern
 
 # The headline experiment: the same config under seeds 0..S-1, as runs <run>-seed<s>.

@@ -1,0 +1,414 @@
+"""A fork server for the stage commands of a local run: one trusted process imports torch, transformers,
+pandas and the stages once; every `evotrainer stage ...` job of the workflow is forked from it instead of
+starting an interpreter that imports them again (5-8 s per job on a laptop CPU, most of a default run's
+orchestration time; docs/design-notes.md "Stage jobs forked from a preloaded server").
+
+The client (``python -m evotrainer.cli`` with ``EVOTRAINER_FORKSERVER=1``, which the Snakefile sets for
+local runs) connects to a Unix socket, starts the server there if none answers, and sends its argv, working
+directory, environment, umask and its standard streams (the descriptors themselves). The server forks;
+the child becomes that command: the client's streams on 0/1/2, its directory, its environment, a session
+of its own; it runs the command table and exits with its status, which the server sends back. The client
+forwards SIGINT/SIGTERM/SIGHUP to the child's process group and exits as the child did (the same code, or
+the same signal). A client that disappears (killed by Snakemake) gets its child killed. The server only
+ever imports trusted modules (never a harness or a candidate), never touches CUDA before a fork, and exits
+after ``EVOTRAINER_FORKSERVER_IDLE_S`` (default 30) seconds without a child or a request.
+
+Servers are keyed by the interpreter, its import path, the evotrainer sources (paths, sizes, mtimes) and
+the environment variables read at import time (PYTHON*, HF_*, TORCH*, ...): an edit or a different
+environment gets a new server. Anything that goes wrong before the fork makes the client run the command
+in-process, as without the server, after a one-line note on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENV_FLAG = "EVOTRAINER_FORKSERVER"
+IDLE_ENV = "EVOTRAINER_FORKSERVER_IDLE_S"
+# environment variables that change what an import does; the rest reaches the child but keys no server
+KEY_ENV_PREFIXES = ("PYTHON", "HF_", "TRANSFORMERS", "TORCH", "PYTORCH", "CUDA", "LD_", "TOKENIZERS", "XDG_CACHE",
+                    "EVOTRAINER", "VIRTUAL_ENV", "CONDA_PREFIX")
+# what the server imports before it serves: the stages and what they import (torch, transformers, pandas)
+PRELOAD = ("evotrainer.runtime", "evotrainer.cli.main", "pandas", "pyarrow.parquet", "torch", "transformers",
+           "evotrainer.policy.tiny", "evotrainer.backends.local.trainer", "evotrainer.backends.local.scoring",
+           "evotrainer.sandbox.harness_code", "evotrainer.stages.backtest", "evotrainer.stages.rollout",
+           "evotrainer.stages.evaluate", "evotrainer.stages.replay", "evotrainer.stages.diagnose",
+           "evotrainer.stages.propose", "evotrainer.stages.select", "evotrainer.stages.summary",
+           "evotrainer.stages.skills", "evotrainer.stages.data", "evotrainer.stages.init")
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+CONNECT_WAIT_S = 30.0  # how long a client waits for a server it started to listen
+REPLY_WAIT_S = 600.0  # how long it waits for the fork (the server may still be importing on a loaded machine)
+
+
+# ---------------------------------------------------------------------------------------------- key
+def server_key(env: dict[str, str] | None = None) -> str:
+    """Which server may fork this command: same interpreter, import path, sources and import-time env."""
+    env = os.environ if env is None else env
+    package = Path(__file__).resolve().parent
+    sources = []
+    for path in sorted(package.rglob("*.py")):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            sources.append((str(path.relative_to(package)), st.st_size, st.st_mtime_ns))
+    keyed_env = sorted((k, v) for k, v in env.items()
+                       if k.startswith(KEY_ENV_PREFIXES) and not k.startswith((ENV_FLAG, IDLE_ENV)))
+    blob = json.dumps([sys.executable, sys.version, sys.path, str(package), sources, keyed_env])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def socket_dir() -> Path | None:
+    """A directory only this user can enter (None where that cannot be had: no server then)."""
+    path = Path(tempfile.gettempdir()) / f"evotrainer-forkserver-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return path
+
+
+# ----------------------------------------------------------------------------------------- protocol
+def _send_json(sock: socket.socket, obj: dict) -> None:
+    sock.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _read_line(sock: socket.socket, buffer: bytearray) -> dict | None:
+    """The next newline-terminated JSON object, or None at end of stream."""
+    while b"\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buffer.extend(chunk)
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return json.loads(line)
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A request: a 4-byte length, that many bytes of JSON; the three descriptors ride on the first bytes."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    if len(data) < 4:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("short request")
+    (size,) = struct.unpack("!I", data[:4])
+    payload = bytearray(data[4:])
+    while len(payload) < size:
+        chunk = conn.recv(min(65536, size - len(payload)))
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError("truncated request")
+        payload.extend(chunk)
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError(f"expected 3 descriptors, got {len(fds)}")
+    return json.loads(payload), fds
+
+
+# ------------------------------------------------------------------------------------------- client
+def run_via_server(argv: list[str]) -> int:
+    """Run ``evotrainer <argv>`` in a child of the fork server; in-process where no server can be had."""
+    sock = None
+    try:
+        sock = _connect()
+        if sock is not None:
+            request = {"argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
+                       "umask": _current_umask(), "sys_path": sys.path}
+            payload = json.dumps(request).encode()
+            socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload[:1024]], [0, 1, 2])
+            sock.sendall(payload[1024:])
+            buffer = bytearray()
+            sock.settimeout(REPLY_WAIT_S)
+            reply = _read_line(sock, buffer)
+            if reply and "pid" in reply:
+                sock.settimeout(None)
+                return _wait_for_child(sock, buffer, int(reply["pid"]))
+            print(f"evotrainer: fork server gave no child ({reply}); running in this process", file=sys.stderr)
+    except (OSError, ValueError) as err:
+        print(f"evotrainer: fork server unavailable ({err}); running in this process", file=sys.stderr)
+    finally:
+        if sock is not None:
+            sock.close()
+    from evotrainer.cli.main import main
+
+    return main(argv)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _connect() -> socket.socket | None:
+    directory = socket_dir()
+    if directory is None:
+        return None
+    key = server_key()
+    path = directory / f"{key}.sock"
+    if len(str(path)) > 100:  # AF_UNIX paths are short
+        return None
+    sock = _try_connect(path)
+    if sock is not None:
+        return sock
+    import fcntl
+
+    with open(directory / f"{key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _try_connect(path)  # another client may have started it meanwhile
+        if sock is not None:
+            return sock
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a dead server's socket
+        _spawn_server(path, directory / f"{key}.log")
+        deadline = time.monotonic() + CONNECT_WAIT_S
+        while time.monotonic() < deadline:
+            sock = _try_connect(path)
+            if sock is not None:
+                return sock
+            time.sleep(0.02)
+    raise OSError(f"the fork server did not start within {CONNECT_WAIT_S:.0f} s; see {directory / f'{key}.log'}")
+
+
+def _try_connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return sock
+
+
+def _spawn_server(path: Path, log_path: Path) -> None:
+    import subprocess
+
+    with open(log_path, "w") as log:
+        subprocess.Popen([sys.executable, "-m", "evotrainer.forkserver", str(path)], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+
+
+def _wait_for_child(sock: socket.socket, buffer: bytearray, pid: int) -> int:
+    """Forward signals to the child's process group until the server reports its status; exit like it."""
+
+    def forward(signum, _frame):
+        _kill_group(pid, signum)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    reply = _read_line(sock, buffer)
+    if reply is None or "status" not in reply:
+        _kill_group(pid, signal.SIGKILL)
+        print("evotrainer: the fork server went away while the command ran; it was killed", file=sys.stderr)
+        return 1
+    status = int(reply["status"])
+    if os.WIFSIGNALED(status):  # die of the same signal, as the command did
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+# ------------------------------------------------------------------------------------------- server
+def _preload() -> list[str]:
+    import importlib
+
+    failed = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - an optional dependency missing: the child imports it itself
+            failed.append(f"{name}: {type(err).__name__}: {err}")
+    return failed
+
+
+def serve(path: str) -> None:
+    """Listen on ``path``, preload, then fork one child per request until idle."""
+    idle_s = float(os.environ.get(IDLE_ENV, "30"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    inode = os.stat(path).st_ino
+    start = time.time()
+    failed = _preload()
+    print(f"fork server {os.getpid()} on {path}: preloaded in {time.time() - start:.1f} s"
+          + (f"; not preloaded: {failed}" if failed else ""), flush=True)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wake_r, selectors.EVENT_READ, "wake")
+    children: dict[int, socket.socket] = {}
+    last_activity = time.monotonic()
+    while True:
+        for key, _ in selector.select(timeout=1.0):
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                last_activity = time.monotonic()
+                pid = _start_child(conn, listener, selector, wake_r, wake_w)
+                if pid is None:
+                    conn.close()
+                    continue
+                children[pid] = conn
+                selector.register(conn, selectors.EVENT_READ, pid)
+            elif key.data == "wake":
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_r, 4096):
+                        pass
+            else:  # a client's connection readable: it went away (it never sends after its request)
+                selector.unregister(key.fileobj)
+                _kill_group(key.data, signal.SIGKILL)
+        _reap(children, selector)
+        if children:
+            last_activity = time.monotonic()
+        elif time.monotonic() - last_activity > idle_s:
+            break
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == inode:  # still ours, not a successor's
+            os.unlink(path)
+    listener.close()
+
+
+def _reap(children: dict[int, socket.socket], selector) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(conn)
+        with contextlib.suppress(OSError):
+            _send_json(conn, {"status": status})
+        conn.close()
+
+
+def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r: int, wake_w: int) -> int | None:
+    conn.settimeout(30.0)
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _peer_pid, peer_uid, _peer_gid = struct.unpack("3i", creds)
+        if peer_uid != os.getuid():
+            return None
+        request, fds = _recv_request(conn)
+    except (OSError, ValueError) as err:
+        print(f"bad request: {err}", flush=True)
+        return None
+    pid = os.fork()
+    if pid == 0:
+        for key in list(selector.get_map().values()):  # the listener, the wake pipe, other clients
+            with contextlib.suppress(OSError):
+                key.fileobj.close() if hasattr(key.fileobj, "close") else os.close(key.fileobj)
+        selector.close()
+        os.close(wake_w)
+        _become_command(request, fds, conn)
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.settimeout(None)
+        _send_json(conn, {"pid": pid})
+    except OSError:  # the client left before it learned the pid: nobody waits for the command
+        _kill_group(pid, signal.SIGKILL)
+    return pid
+
+
+def _kill_group(pid: int, signum: int) -> None:
+    """Signal the command's process group (its pid: it calls setsid first), or the process itself if it has
+    not yet made the group."""
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+    except PermissionError:
+        pass
+
+
+def _become_command(request: dict, fds: list[int], conn: socket.socket) -> None:
+    """In the forked child: take on the client's process state, run the command, exit with its status."""
+    status, interrupted = 1, False
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        conn.close()
+        os.setsid()  # the client forwards its signals to this group
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.umask(int(request["umask"]))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None  # the client's TMPDIR, not the server's
+        sys.path[:] = request["sys_path"]
+        sys.argv = [request["argv0"], *request["argv"]]
+        line_buffered = os.isatty(1) or bool(os.environ.get("PYTHONUNBUFFERED"))
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", buffering=1 if line_buffered else -1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        if "numpy" in sys.modules:  # a fresh process would have drawn its own global numpy state
+            sys.modules["numpy"].random.seed()
+        from evotrainer import runtime
+        from evotrainer.cli.main import main
+
+        runtime.offline_defaults()
+        try:
+            result = main(request["argv"])
+            status = result if isinstance(result, int) else 0
+        except SystemExit as exit_:
+            code = exit_.code
+            status = code if isinstance(code, int) else (0 if code is None else 1)
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+        except KeyboardInterrupt:
+            interrupted = True
+            import traceback
+
+            traceback.print_exc()
+    except BaseException:  # noqa: BLE001 - the child reports everything and exits
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        import atexit
+
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        if interrupted:  # die of SIGINT, as an interpreter does after an uncaught KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os._exit(status & 0xFF)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
