@@ -57,3 +57,50 @@ def test_a_missing_arm_run_is_named(tmp_path):
     main2.write_text(json.dumps(_summary("r-seed9", 0.5, baseline_test_accuracy=0.4)))
     with pytest.raises(ValueError, match=r"random arm has no run for seed run\(s\) \['r-seed0'\]"):
         headline.run([str(main), str(main2)], str(tmp_path / "h.json"), str(tmp_path / "h.png"), arm_summaries=[str(other)])
+
+
+def _rollouts(path, correct: list[bool]) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"prompt_id": [f"test-{i:06d}" for i in range(len(correct))], "correct": correct}).to_parquet(path)
+
+
+def test_test_rollouts_give_a_two_level_interval_over_seeds_and_prompts(tmp_path):
+    """With each arm's test rollouts on disk the interval resamples seeds and then prompts: 3 seeds whose
+    difference is exactly the same (+0.05) get a real interval around it from the 1,000 prompts, where a
+    bootstrap over the seeds alone would give one point; an arm equal to the evolved one on every prompt
+    gets [0, 0]."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    mains = []
+    for s in range(3):
+        run_dir = tmp_path / f"r-seed{s}"
+        base = rng.random(1000) < 0.4
+        evolved = base.copy()
+        evolved[np.flatnonzero(~base)[:50]] = True  # 50 more prompts right: +0.05
+        _rollouts(run_dir / "eval" / "evolved" / "test_rollouts.parquet", list(evolved))
+        _rollouts(run_dir / "eval" / "baseline" / "test_rollouts.parquet", list(base))
+        _rollouts(run_dir / "eval" / "baseline_matched" / "test_rollouts.parquet", list(evolved))
+        (run_dir / "summary.json").write_text(json.dumps(_summary(
+            f"r-seed{s}", float(evolved.mean()), baseline_test_accuracy=float(base.mean()),
+            baseline_matched_test_accuracy=float(evolved.mean()))))
+        mains.append(str(run_dir / "summary.json"))
+    out = tmp_path / "headline.json"
+    headline.run(mains, str(out), str(tmp_path / "headline.png"))
+    result = json.loads(out.read_text())
+    table = {row["arm"]: row for row in result["arms"]}
+    assert result["interval"] == headline.TWO_LEVEL == table["baseline"]["interval"]
+    assert result["difference_mean"] == pytest.approx(0.05)
+    assert 0.02 < result["ci_low"] < 0.05 < result["ci_high"] < 0.08
+    assert table["baseline_matched"]["ci_low"] == table["baseline_matched"]["ci_high"] == 0.0
+    # without the rollouts: the seeds alone, which cannot see the test set's noise
+    for path in tmp_path.glob("r-seed*/eval"):
+        import shutil
+
+        shutil.rmtree(path)
+    headline.run(mains, str(out), str(tmp_path / "headline.png"))
+    result = json.loads(out.read_text())
+    assert result["interval"] == headline.OVER_SEEDS
+    assert result["ci_low"] == pytest.approx(0.05) and result["ci_high"] == pytest.approx(0.05)

@@ -323,7 +323,10 @@ def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r:
     if pid == 0:
         for key in list(selector.get_map().values()):  # the listener, the wake pipe, other clients
             with contextlib.suppress(OSError):
-                key.fileobj.close() if hasattr(key.fileobj, "close") else os.close(key.fileobj)
+                if isinstance(key.fileobj, int):
+                    os.close(key.fileobj)
+                else:
+                    key.fileobj.close()
         selector.close()
         os.close(wake_w)
         _become_command(request, fds, conn)

@@ -1,6 +1,10 @@
 """The headline question: does co-evolving the harness beat the fixed recipe under the same seeds,
-steps and data? Test accuracy of both arms per seed; mean, IQM (25% trimmed mean) and a paired
-bootstrap 95% interval of the difference (scipy.stats.bootstrap, percentile method)."""
+steps and data? Test accuracy of every arm per seed; mean, IQM (25% trimmed mean) and a paired
+bootstrap 95% interval of the difference. Where the arms' test rollouts are beside their summaries (a
+headline run's eval/<arm>/test_rollouts.parquet) the interval is a two-level paired bootstrap: seeds, then
+test prompts within each resampled seed (every arm of a seed is scored on the same prompts), so that 3 seeds
+still give an interval that holds the test set's noise; otherwise a bootstrap over seeds
+(scipy.stats.bootstrap, percentile method)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from scipy.stats import bootstrap, trim_mean  # noqa: E402
 
 from evotrainer.atomic import atomic_path, write_json  # noqa: E402
@@ -19,16 +24,26 @@ from evotrainer.atomic import atomic_path, write_json  # noqa: E402
 GOAL_POINTS = 0.05
 
 
-def analyse(evolved: np.ndarray, baseline: np.ndarray, confidence: float = 0.95) -> dict:
+TWO_LEVEL = "two-level paired bootstrap: seeds, then test prompts within each seed"
+OVER_SEEDS = "paired bootstrap over seeds"
+
+
+def analyse(evolved: np.ndarray, baseline: np.ndarray, confidence: float = 0.95,
+            prompt_diffs: list[np.ndarray] | None = None) -> dict:
+    """``prompt_diffs``: per seed, evolved minus the other arm on each test prompt both scored (then the
+    interval is the two-level bootstrap); None: a bootstrap over the seeds' accuracies."""
     diff = evolved - baseline
     out = {
         "seeds": int(len(diff)),
         "evolved_mean": float(evolved.mean()), "baseline_mean": float(baseline.mean()),
         "evolved_iqm": float(trim_mean(evolved, 0.25)), "baseline_iqm": float(trim_mean(baseline, 0.25)),
         "difference_mean": float(diff.mean()), "difference_iqm": float(trim_mean(diff, 0.25)),
-        "ci_low": None, "ci_high": None,
+        "ci_low": None, "ci_high": None, "interval": OVER_SEEDS,
     }
-    if len(diff) >= 2 and np.ptp(diff) > 0:
+    if prompt_diffs is not None and len(prompt_diffs) == len(diff) and all(len(d) for d in prompt_diffs):
+        out["ci_low"], out["ci_high"] = two_level_interval(prompt_diffs, confidence)
+        out["interval"] = TWO_LEVEL
+    elif len(diff) >= 2 and np.ptp(diff) > 0:
         result = bootstrap((evolved, baseline), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis),
                            paired=True, vectorized=True, n_resamples=10_000, confidence_level=confidence,
                            method="percentile", random_state=0)
@@ -38,6 +53,51 @@ def analyse(evolved: np.ndarray, baseline: np.ndarray, confidence: float = 0.95)
     out["goal"] = f"evolved >= baseline + {GOAL_POINTS:.2f} with the interval above zero"
     out["goal_met"] = bool(out["difference_mean"] >= GOAL_POINTS and (out["ci_low"] or 0) > 0)
     return out
+
+
+def two_level_interval(prompt_diffs: list[np.ndarray], confidence: float = 0.95, n_resamples: int = 4000,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the mean difference when the seeds are resampled with replacement and then,
+    independently for each drawn seed, its test prompts (pairing kept: a prompt's difference is between
+    the arms on that prompt)."""
+    rng = np.random.default_rng(seed)
+    n_seeds = len(prompt_diffs)
+    drawn = rng.integers(n_seeds, size=(n_resamples, n_seeds))
+    stats = np.zeros(n_resamples)
+    for slot in range(n_seeds):
+        # every seed's mean difference over n_resamples fresh resamples of its prompts: (n_resamples, seeds)
+        means = np.stack([_resampled_means(d, n_resamples, rng) for d in prompt_diffs], axis=1)
+        stats += np.take_along_axis(means, drawn[:, slot : slot + 1], axis=1)[:, 0]
+    stats /= n_seeds
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(stats, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _resampled_means(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    chunk = max(1, 2_000_000 // len(values))  # bounded memory: ~16 MB of indices at a time
+    return np.concatenate([values[rng.integers(len(values), size=(min(chunk, n_resamples - start), len(values)))].mean(axis=1)
+                           for start in range(0, n_resamples, chunk)])
+
+
+def per_prompt_correct(run_dir: Path, arm: str) -> pd.Series | None:
+    """Correctness per test prompt (mean over its samples) of an arm of a run, None where not on disk."""
+    path = run_dir / "eval" / arm / "test_rollouts.parquet"
+    if not path.exists():
+        return None
+    frame = pd.read_parquet(path, columns=["prompt_id", "correct"])
+    return frame.groupby("prompt_id")["correct"].mean().astype(float)
+
+
+def paired_prompt_diffs(evolved: list[pd.Series | None], other: list[pd.Series | None]) -> list[np.ndarray] | None:
+    """Per seed, evolved minus the other arm on the prompts both scored; None if any seed lacks rollouts."""
+    if any(e is None for e in evolved) or any(o is None for o in other):
+        return None
+    diffs = []
+    for e, o in zip(evolved, other, strict=True):
+        both = pd.concat([e.rename("e"), o.rename("o")], axis=1, join="inner")
+        diffs.append((both["e"] - both["o"]).to_numpy())
+    return diffs
 
 
 def _skill_library(summary: Path) -> str | None:
@@ -62,9 +122,10 @@ ARMS = {  # arm -> (what it is, the compute record that paid for it)
 }
 
 
-def arm_table(rows: list[dict], arms: dict[str, list[float | None]]) -> list[dict]:
-    """One row per arm: test accuracy over the seeds, the evolved arm's difference to it (paired bootstrap
-    over seeds), and the mean compute that bought it."""
+def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
+              prompt_diffs: dict[str, list[np.ndarray] | None] | None = None) -> list[dict]:
+    """One row per arm: test accuracy over the seeds, the evolved arm's difference to it (paired bootstrap,
+    two-level where ``prompt_diffs`` has the arm), and the mean compute that bought it."""
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     table = [{"arm": "evolved", "what": "EvoTrainer: the promoted path", "test_mean": float(evolved.mean()),
               "test_iqm": float(trim_mean(evolved, 0.25)), "sampled_responses": _mean_compute(rows, "promoted_path"),
@@ -73,11 +134,11 @@ def arm_table(rows: list[dict], arms: dict[str, list[float | None]]) -> list[dic
         if any(v is None for v in values):
             continue
         acc = np.array(values, dtype=float)
-        diff = analyse(evolved, acc)
+        diff = analyse(evolved, acc, prompt_diffs=(prompt_diffs or {}).get(arm))
         what, record = ARMS[arm]
         table.append({"arm": arm, "what": what, "test_mean": float(acc.mean()), "test_iqm": float(trim_mean(acc, 0.25)),
                       "evolved_minus_arm": diff["difference_mean"], "ci_low": diff["ci_low"], "ci_high": diff["ci_high"],
-                      "sampled_responses": _mean_compute(rows, record, arm)})
+                      "interval": diff["interval"], "sampled_responses": _mean_compute(rows, record, arm)})
     return table
 
 
@@ -97,6 +158,11 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     if missing:
         raise ValueError(f"runs {missing} have no baseline arm; the headline needs search.baseline=true")
     by_run = {s["run"]: s for s in (json.loads(Path(p).read_text()) for p in arm_summaries or [])}
+    arm_dirs = {json.loads(Path(p).read_text())["run"]: Path(p).parent for p in arm_summaries or []}
+    seed_dirs = [Path(p).parent for p in summaries]
+    correct = {"evolved": [per_prompt_correct(d, "evolved") for d in seed_dirs],
+               "baseline": [per_prompt_correct(d, "baseline") for d in seed_dirs],
+               "baseline_matched": [per_prompt_correct(d, "baseline_matched") for d in seed_dirs]}
     arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
                              "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows]}
     for arm in ("search_control", "random"):
@@ -106,22 +172,24 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
             if missing:
                 raise ValueError(f"the {arm} arm has no run for seed run(s) {missing}")
             arms[arm] = [s["evolved_test_accuracy"] for s in found]
+            correct[arm] = [per_prompt_correct(arm_dirs[s["run"]], "evolved") for s in found]
             for r, s in zip(rows, found, strict=True):
                 r.setdefault("arm_compute", {})[arm] = s["compute"]["whole_search"]
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     baseline = np.array(arms["baseline"])
+    diffs = {arm: paired_prompt_diffs(correct["evolved"], correct[arm]) for arm in arms if arm in correct}
     libraries = [_skill_library(Path(p)) for p in summaries]
     matched = arms["baseline_matched"]
-    result = analyse(evolved, baseline) | {
+    result = analyse(evolved, baseline, prompt_diffs=diffs.get("baseline")) | {
         "per_seed": [{"run": r["run"], "evolved": r["evolved_test_accuracy"],
                       **{arm: values[i] for arm, values in arms.items()},
                       "promoted": [g["intervention"] for g in r["generations"]], "skill_library": library,
                       "compute": r.get("compute"), "arm_compute": r.get("arm_compute")}
                      for i, (r, library) in enumerate(zip(rows, libraries, strict=True))],
         # the same comparison against the fixed recipe given as many sampled responses as the promoted path
-        "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float))
+        "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float), prompt_diffs=diffs.get("baseline_matched"))
                                 if all(m is not None for m in matched) else None),
-        "arms": arm_table(rows, arms),
+        "arms": arm_table(rows, arms, diffs),
         # seeds are independent only if no two learnt from the same skill library
         "shared_skill_library": len({lib for lib in libraries if lib}) < len([lib for lib in libraries if lib]),
         "compute_mean": {arm: {key: float(np.mean([r["compute"][arm][key] for r in rows]))
