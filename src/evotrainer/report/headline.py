@@ -212,7 +212,9 @@ def _plot(result: dict, rows: list[dict], out_png: str) -> None:
         ax.plot(range(len(order)), [values[row["arm"]][i] for row in order], "-", color="#ccc", lw=1)
     for x, row in enumerate(order):
         ax.plot([x] * len(rows), values[row["arm"]], "o", color=colours[row["arm"]])
-    labels = [f"{row['arm']}\n{row['sampled_responses'] or 0:,.0f} resp." for row in order]
+    labels = [f"{row['arm']}\n{row['sampled_responses'] or 0:,.0f} resp."
+              + (f"\n(search {row['search_sampled_responses']:,.0f})" if row.get("search_sampled_responses") else "")
+              for row in order]
     ax.set_xticks(range(len(order)), labels, fontsize=8)
     ax.set_xlim(-0.5, len(order) - 0.5)
     ax.set_ylabel("test accuracy")
