@@ -34,11 +34,12 @@ def generation_dir(root: Path) -> Path:
     """Real rollouts of a fresh tiny policy on the probe split, and their diagnosis."""
     import torch
 
-    from evotrainer.backends.local.scoring import InProcessReward, evidence_rows, sample_and_score
+    from evotrainer.backends.local.rollouts import evidence_rows, sample_and_score
     from evotrainer.config import compose, to_yaml
     from evotrainer.contracts import evidence
     from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
     from evotrainer.policy.tiny import build_model, build_tokenizer
+    from evotrainer.scoring import InProcessReward
     from evotrainer.stages import diagnose
     from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 

@@ -26,15 +26,11 @@ GOAL_MB = 2048
 def real_rollouts():
     import torch
 
-    from evotrainer.backends.local.scoring import (
-        InProcessReward,
-        evidence_rows,
-        greedy_accuracy,
-        sample_and_score,
-    )
+    from evotrainer.backends.local.rollouts import evidence_rows, greedy_accuracy, sample_and_score
     from evotrainer.backends.local.sft import warm_start
     from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
     from evotrainer.policy.tiny import build_model, build_tokenizer
+    from evotrainer.scoring import InProcessReward
     from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
     torch.set_num_threads(2)

@@ -23,9 +23,10 @@ import torch
 
 from evotrainer import runtime
 from evotrainer.backends.local.grpo import train
-from evotrainer.backends.local.scoring import InProcessReward, sample_and_score
+from evotrainer.backends.local.rollouts import sample_and_score
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer, param_count
+from evotrainer.scoring import InProcessReward
 from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
 # hidden, layers, heads, intermediate, max positions

@@ -3,7 +3,7 @@ stage does. Prints JSON.
 
 The rows are real rollouts of the tiny policy (briefly SFT-trained; ArithmeticTask's chat prompts, verified
 by the task), written as evidence rows, tiled to N rows, then turned into the reward rows the replay stage
-sends (evotrainer.backends.local.scoring.reward_rows_from_evidence: data_source, solution_str, ground_truth,
+sends (evotrainer.scoring.kernel.evidence_reward_rows: data_source, solution_str, ground_truth,
 extra_info). Building the rows is not timed. Measured on the same rows, same scores required:
 - plain: an in-process loop, evotrainer.contracts.harness.score_rows(compute_score, rows)
 - sandboxed: the persistent sandboxed reward worker the replay stage uses
@@ -26,23 +26,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from evotrainer.backends.local.scoring import (
-    InProcessReward,
-    evidence_rows,
-    greedy_accuracy,
-    reward_rows_from_evidence,
-    sample_and_score,
-)
+from evotrainer.backends.local.rollouts import evidence_rows, greedy_accuracy, sample_and_score
 from evotrainer.backends.local.sft import warm_start
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe, score_rows
 from evotrainer.policy.tiny import build_model, build_tokenizer
 from evotrainer.sandbox.reward_worker import RewardWorker
 from evotrainer.sandbox.runner import score_parallel
+from evotrainer.scoring import InProcessReward
+from evotrainer.scoring.kernel import evidence_reward_rows
 from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
 
-def real_rollouts(n_prompts: int = 256, group_size: int = 8) -> pd.DataFrame:
-    """Evidence rows of the tiny policy's rollouts on the probe split."""
+def real_rollouts(n_prompts: int = 256, group_size: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Evidence rows of the tiny policy's rollouts on the probe split, and that split."""
     torch.set_num_threads(2)
     task = ArithmeticTask(ops="+-", levels=[Level(2, 19, 0.2), Level(2, 99, 0.5), Level(3, 99, 0.3)])
     splits = task.splits({"train": 3000, "val": 100, "probe": n_prompts}, seed=3)
@@ -55,7 +51,7 @@ def real_rollouts(n_prompts: int = 256, group_size: int = 8) -> pd.DataFrame:
     repeated, batch = sample_and_score(model, tok, splits["probe"], group_size=group_size,
                                        recipe=load_recipe(DEFAULT_HARNESS), reward=reward, task=task)
     return evidence_rows(repeated, batch, group_size=group_size, run="bench", generation=0, split="probe", step=0,
-                         policy_id="p", harness_id="h", seed=0)
+                         policy_id="p", harness_id="h", seed=0), splits["probe"]
 
 
 def main() -> None:
@@ -63,9 +59,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--processes", type=int, default=2, help="worker processes of score_parallel")
     args = parser.parse_args()
-    base = real_rollouts()
+    base, probe = real_rollouts()
     ev = base.iloc[np.arange(args.rows) % len(base)].reset_index(drop=True)
-    rows = reward_rows_from_evidence(ev)
+    rows = evidence_reward_rows(ev, probe)
     compute_score = load_module(DEFAULT_HARNESS, "reward").compute_score
 
     start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Cost of calling the candidate reward through the sandboxed RewardWorker instead of in-process. Prints JSON.
 
 One default GRPO step scores 32 prompts x 8 samples = 256 responses with the default arithmetic reward.
-Measured per step: the in-process loop training used before (evotrainer.backends.local.scoring.score), the
+Measured per step: the in-process loop training used before (evotrainer.scoring.reward.InProcessReward), the
 sandboxed worker under each available isolation (building the row dicts, JSON over pipes, scoring in the
 worker, checking the reply), the worker's start-up (once per backtest), and one real default GRPO step of
 the local trainer on the tiny policy with each reward path, so the overhead reads as a share of a step (goal:
@@ -20,12 +20,14 @@ import time
 import torch
 
 from evotrainer.backends.local.grpo import train
-from evotrainer.backends.local.scoring import InProcessReward, reward_rows, sample_and_score
+from evotrainer.backends.local.rollouts import sample_and_score
 from evotrainer.backends.local.sft import warm_start
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
 from evotrainer.policy.tiny import build_model, build_tokenizer
 from evotrainer.sandbox import isolation
 from evotrainer.sandbox.reward_worker import RewardWorker
+from evotrainer.scoring import InProcessReward
+from evotrainer.scoring.rows import reward_rows
 from evotrainer.tasks.arithmetic import ArithmeticTask, Level
 
 
@@ -46,7 +48,7 @@ def main() -> None:
     in_process = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     prompts, batch = sample_and_score(model, tok, splits["probe"], group_size=recipe["group_size"], recipe=recipe,
                                       reward=in_process, task=task)
-    rows = reward_rows(prompts, batch.responses, batch.verdicts)  # what training hands either reward path
+    rows = reward_rows(prompts, batch.responses, batch.verdicts.records)  # what training hands either reward path
 
     def timed(fn) -> float:
         times = []

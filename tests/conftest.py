@@ -11,6 +11,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need a CUDA device: skipped with the reason where torch sees none (torch is imported only
+    when a `gpu` test was collected)."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="gpu: no CUDA device on this machine (run benchmarks/gpu_loop.py on one)")
+        for item in gpu:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``): on a
@@ -47,7 +61,7 @@ def tiny_policy(tmp_path_factory, splits, task):
     torch.set_num_threads(2)
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=0)
-    from evotrainer.backends.local.scoring import greedy_accuracy
+    from evotrainer.backends.local.rollouts import greedy_accuracy
 
     val = splits["val"].iloc[:50]
     warm_start(model, tokenizer, splits["train"], val, max_steps=300, batch_size=64, lr=1e-3,
@@ -117,7 +131,7 @@ def planted(tmp_path_factory) -> Path:
     (folder / "c_pay_for_length.diff").write_text(hack_diff("pay_for_length"))
     (folder / "d_format_only.diff").write_text(hack_diff("format_only"))
     # diagnostics-only changes: never trained, backtested on the archived branches instead
-    from tests.test_diagnostic_backtest import DIFFS
+    from tests.search.test_diagnostic_backtest import DIFFS
 
     (folder / "e_diag_crash.diff").write_text(DIFFS["crash"])
     (folder / "f_diag_flags_everything.diff").write_text(DIFFS["everything"])

@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 from evotrainer.agents.heuristic import unified_diff
-from evotrainer.contracts.candidate import validate
 from evotrainer.contracts.harness import DEFAULT_HARNESS
 from evotrainer.runtime import diff_hash
+from evotrainer.sandbox.candidate_check import validate
 
 _SCORE = '"score": 1.0 if correct else 0.0'
 HACKS = {

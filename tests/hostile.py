@@ -1,11 +1,11 @@
 """Hostile candidates: harness diffs an attacker would submit, each with the failure labels it may end with.
 
-Used by tests/test_hostile_candidates.py, which plants them all as user candidates
+Used by tests/workflow/test_hostile_candidates.py, which plants them all as user candidates
 (``agent.extra_candidates``) in ONE end-to-end workflow run. ``candidates(targets)`` returns
 ``{name: (diff text, acceptable failure labels)}``; ``SPECS[name].stage`` says where the attack must be
 stopped:
 
-- ``propose``: the diff check or the sandboxed import probe (contracts/candidate.py ``validate``);
+- ``propose``: the diff check or the sandboxed import probe (sandbox/candidate_check.py ``validate``);
 - ``replay``: the sandboxed re-scoring of the cached rollouts (stages/replay.py), before any training;
 - ``train``: the sandboxed reward worker of the supervised training child (stages/backtest.py); these
   attacks fire only after ``TRAIN_AFTER`` calls of ``compute_score``, i.e. after the replay's rows, so
@@ -18,7 +18,7 @@ stopped:
 Design rule: only a denial by the sandbox (or the check) produces a failure. An attack that succeeds
 continues quietly, so it ends without a failure label (or, for ``select`` ones, without a veto), and
 the test reports it. Labels are the ones the code emits for that denial (derived from
-contracts/candidate.py, sandbox/runner.py, sandbox/reward_worker.py, stages/replay.py,
+contracts/candidate.py, sandbox/candidate_check.py, sandbox/runner.py, sandbox/reward_worker.py, stages/replay.py,
 stages/backtest.py, search/gates.py, search/diagnostic_backtest.py); where two labels both mean "denied
 at this layer" (an audit-hook refusal vs the OS layer under it), both are listed, never more.
 
@@ -257,7 +257,7 @@ _PATCH_EVOTRAINER = """
 """
 _TAMPER_VERIFY = _PATCH_EVOTRAINER.replace("{replacements}", "{}")
 _TAMPER_EVOTRAINER = _PATCH_EVOTRAINER.replace("{replacements}", """{
-        "greedy_accuracy": lambda *args, **kwargs: 1.0,  # backends.local.scoring
+        "greedy_accuracy": lambda *args, **kwargs: 1.0,  # backends.local.rollouts
         "evaluate": lambda *args, **kwargs: [],  # search.gates: no gate ever vetoes
         "write_generation": lambda path, rows, _w=None: rows,  # contracts.lineage
         "score_rows": lambda compute_score, rows: ([1.0] * len(rows), {}),  # contracts.harness

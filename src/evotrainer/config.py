@@ -362,9 +362,10 @@ def validate(cfg: DictConfig) -> DictConfig:
 def _check_verl_multi_turn(cfg: DictConfig) -> None:
     """trainer=verl with a multi-turn task trains through evotrainer's agent loop (backends/verl/overrides.py):
     trainer.verl.overrides may not replace the keys that select and size it, and the initial harness may use
-    only what verl can do for episodes (the launcher checks every candidate harness again)."""
-    from evotrainer.backends.verl.overrides import AGENT_LOOP_KEYS, check_multi_turn_for_verl
+    only what verl can do for episodes (the launcher checks every candidate harness again). What verl can
+    honour is evotrainer.contracts.verl_multi_turn, which the backend shares: the config imports no backend."""
     from evotrainer.contracts.harness import HarnessError, load_env, load_recipe
+    from evotrainer.contracts.verl_multi_turn import AGENT_LOOP_KEYS, check_multi_turn_for_verl
     from evotrainer.tasks import from_config
 
     for override in cfg.trainer.verl.overrides:
@@ -389,9 +390,10 @@ def to_yaml(cfg: DictConfig) -> str:
 def write_run_configs(results_dir: str, configs: dict[str, DictConfig]) -> None:
     """results/<run>/config.yaml for each run, rewritten only when its text changed."""
     from evotrainer.atomic import write_text
+    from evotrainer.layout import RunLayout
 
     for name, cfg in configs.items():
-        path, text = Path(results_dir) / name / "config.yaml", to_yaml(cfg)
+        path, text = RunLayout.at(results_dir, name).config, to_yaml(cfg)
         if not path.exists() or path.read_text() != text:
             write_text(path, text)
 

@@ -3,26 +3,33 @@ pandas and the stages once; every `evotrainer stage ...` job of the workflow is 
 starting an interpreter that imports them again (5-8 s per job on a laptop CPU, most of a default run's
 orchestration time; docs/design-notes.md "Stage jobs forked from a preloaded server").
 
+This module is a process-level utility at the bottom of the package's layers (docs/architecture.md,
+"Layers"): it imports nothing of evotrainer. What to preload and what each child runs come from the
+caller (evotrainer.cli.fork_entry) as module names and an entry ``"module:function"`` (called with the
+argv, it returns the exit status): names, because the server is another interpreter, started with them on
+its command line.
+
 The client (``python -m evotrainer.cli`` with ``EVOTRAINER_FORKSERVER=1``, which the Snakefile sets for
 local runs) connects to a Unix socket, starts the server there if none answers, and sends its argv, working
 directory, environment, umask and its standard streams (the descriptors themselves). The server forks;
 the child becomes that command: the client's streams on 0/1/2, its directory, its environment, a session
-of its own; it runs the command table and exits with its status, which the server sends back. The client
-forwards SIGINT/SIGTERM/SIGHUP to the child's process group and exits as the child did (the same code, or
-the same signal). A client that disappears (killed by Snakemake) gets its child killed. The server only
+of its own; it runs the entry (the command table) and exits with its status, which the server sends
+back. The client forwards SIGINT/SIGTERM/SIGHUP to the child's process group and exits as the child did
+(the same code, or the same signal). A client that disappears (killed by Snakemake) gets its child killed. The server only
 ever imports trusted modules (never a harness or a candidate), never touches CUDA before a fork, and exits
 after ``EVOTRAINER_FORKSERVER_IDLE_S`` (default 30) seconds without a child or a request.
 
-Servers are keyed by the interpreter, its import path, the evotrainer sources (paths, sizes, mtimes) and
-the environment variables read at import time (PYTHON*, HF_*, TORCH*, ...): an edit or a different
-environment gets a new server. Anything that goes wrong before the fork makes the client run the command
-in-process, as without the server, after a one-line note on stderr.
+Servers are keyed by the interpreter, its import path, the evotrainer sources (paths, sizes, mtimes), the
+entry and preload names, and the environment variables read at import time (PYTHON*, HF_*, TORCH*, ...):
+an edit or a different environment gets a new server. Anything that goes wrong before the fork makes the
+client run the entry in-process, as without the server, after a one-line note on stderr.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import selectors
@@ -32,6 +39,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ENV_FLAG = "EVOTRAINER_FORKSERVER"
@@ -39,21 +47,15 @@ IDLE_ENV = "EVOTRAINER_FORKSERVER_IDLE_S"
 # environment variables that change what an import does; the rest reaches the child but keys no server
 KEY_ENV_PREFIXES = ("PYTHON", "HF_", "TRANSFORMERS", "TORCH", "PYTORCH", "CUDA", "LD_", "TOKENIZERS", "XDG_CACHE",
                     "EVOTRAINER", "VIRTUAL_ENV", "CONDA_PREFIX")
-# what the server imports before it serves: the stages and what they import (torch, transformers, pandas)
-PRELOAD = ("evotrainer.runtime", "evotrainer.cli.main", "pandas", "pyarrow.parquet", "torch", "transformers",
-           "evotrainer.policy.tiny", "evotrainer.backends.local.trainer", "evotrainer.backends.local.scoring",
-           "evotrainer.sandbox.harness_code", "evotrainer.stages.backtest", "evotrainer.stages.rollout",
-           "evotrainer.stages.evaluate", "evotrainer.stages.replay", "evotrainer.stages.diagnose",
-           "evotrainer.stages.propose", "evotrainer.stages.select", "evotrainer.stages.summary",
-           "evotrainer.stages.skills", "evotrainer.stages.data", "evotrainer.stages.init")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 CONNECT_WAIT_S = 30.0  # how long a client waits for a server it started to listen
 REPLY_WAIT_S = 600.0  # how long it waits for the fork (the server may still be importing on a loaded machine)
 
 
 # ---------------------------------------------------------------------------------------------- key
-def server_key(env: dict[str, str] | None = None) -> str:
-    """Which server may fork this command: same interpreter, import path, sources and import-time env."""
+def server_key(entry: str, preload: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
+    """Which server may fork this command: same interpreter, import path, sources, entry, preloads and
+    import-time env."""
     env = os.environ if env is None else env
     package = Path(__file__).resolve().parent
     sources = []
@@ -63,7 +65,8 @@ def server_key(env: dict[str, str] | None = None) -> str:
             sources.append((str(path.relative_to(package)), st.st_size, st.st_mtime_ns))
     keyed_env = sorted((k, v) for k, v in env.items()
                        if k.startswith(KEY_ENV_PREFIXES) and not k.startswith((ENV_FLAG, IDLE_ENV)))
-    blob = json.dumps([sys.executable, sys.version, sys.path, str(package), sources, keyed_env])
+    blob = json.dumps([sys.executable, sys.version, sys.path, str(package), sources, entry, list(preload),
+                       keyed_env])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -121,11 +124,12 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 # ------------------------------------------------------------------------------------------- client
-def run_via_server(argv: list[str]) -> int:
-    """Run ``evotrainer <argv>`` in a child of the fork server; in-process where no server can be had."""
+def run_via_server(argv: list[str], entry: str, preload: Sequence[str] = ()) -> int:
+    """Run ``entry(argv)`` (``"module:function"``) in a child of the fork server that preloaded ``preload``;
+    in-process where no server can be had."""
     sock = None
     try:
-        sock = _connect()
+        sock = _connect(entry, tuple(preload))
         if sock is not None:
             request = {"argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
                        "umask": _current_umask(), "sys_path": sys.path}
@@ -144,9 +148,13 @@ def run_via_server(argv: list[str]) -> int:
     finally:
         if sock is not None:
             sock.close()
-    from evotrainer.cli.main import main
+    return _load(entry)(argv)
 
-    return main(argv)
+
+def _load(entry: str):
+    """``"module:function"`` -> the function (the module is imported on first use)."""
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _current_umask() -> int:
@@ -155,11 +163,11 @@ def _current_umask() -> int:
     return mask
 
 
-def _connect() -> socket.socket | None:
+def _connect(entry: str, preload: tuple[str, ...]) -> socket.socket | None:
     directory = socket_dir()
     if directory is None:
         return None
-    key = server_key()
+    key = server_key(entry, preload)
     path = directory / f"{key}.sock"
     if len(str(path)) > 100:  # AF_UNIX paths are short
         return None
@@ -175,7 +183,7 @@ def _connect() -> socket.socket | None:
             return sock
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a dead server's socket
-        _spawn_server(path, directory / f"{key}.log")
+        _spawn_server(path, directory / f"{key}.log", entry, preload)
         deadline = time.monotonic() + CONNECT_WAIT_S
         while time.monotonic() < deadline:
             sock = _try_connect(path)
@@ -195,12 +203,13 @@ def _try_connect(path: Path) -> socket.socket | None:
     return sock
 
 
-def _spawn_server(path: Path, log_path: Path) -> None:
+def _spawn_server(path: Path, log_path: Path, entry: str, preload: tuple[str, ...]) -> None:
     import subprocess
 
     with open(log_path, "w") as log:
-        subprocess.Popen([sys.executable, "-m", "evotrainer.forkserver", str(path)], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        subprocess.Popen([sys.executable, "-m", "evotrainer.forkserver", str(path), entry, *preload],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                         close_fds=True)
 
 
 def _wait_for_child(sock: socket.socket, buffer: bytearray, pid: int) -> int:
@@ -226,11 +235,9 @@ def _wait_for_child(sock: socket.socket, buffer: bytearray, pid: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------- server
-def _preload() -> list[str]:
-    import importlib
-
+def _preload(names: Sequence[str]) -> list[str]:
     failed = []
-    for name in PRELOAD:
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - an optional dependency missing: the child imports it itself
@@ -238,8 +245,9 @@ def _preload() -> list[str]:
     return failed
 
 
-def serve(path: str) -> None:
-    """Listen on ``path``, preload, then fork one child per request until idle."""
+def serve(path: str, entry: str, preload: Sequence[str] = ()) -> None:
+    """Listen on ``path``, preload (the entry's module first), then fork one child per request, which runs
+    ``entry``, until idle."""
     idle_s = float(os.environ.get(IDLE_ENV, "30"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -247,7 +255,7 @@ def serve(path: str) -> None:
     listener.listen(64)
     inode = os.stat(path).st_ino
     start = time.time()
-    failed = _preload()
+    failed = _preload([entry.partition(":")[0], *preload])
     print(f"fork server {os.getpid()} on {path}: preloaded in {time.time() - start:.1f} s"
           + (f"; not preloaded: {failed}" if failed else ""), flush=True)
     wake_r, wake_w = os.pipe()
@@ -266,7 +274,7 @@ def serve(path: str) -> None:
             if key.data == "accept":
                 conn, _ = listener.accept()
                 last_activity = time.monotonic()
-                pid = _start_child(conn, listener, selector, wake_r, wake_w)
+                pid = _start_child(conn, listener, selector, wake_r, wake_w, entry)
                 if pid is None:
                     conn.close()
                     continue
@@ -308,7 +316,8 @@ def _reap(children: dict[int, socket.socket], selector) -> None:
         conn.close()
 
 
-def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r: int, wake_w: int) -> int | None:
+def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r: int, wake_w: int,
+                 entry: str) -> int | None:
     conn.settimeout(30.0)
     try:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -329,7 +338,7 @@ def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r:
                     key.fileobj.close()
         selector.close()
         os.close(wake_w)
-        _become_command(request, fds, conn)
+        _become_command(request, fds, conn, entry)
     for fd in fds:
         os.close(fd)
     try:
@@ -352,8 +361,8 @@ def _kill_group(pid: int, signum: int) -> None:
         pass
 
 
-def _become_command(request: dict, fds: list[int], conn: socket.socket) -> None:
-    """In the forked child: take on the client's process state, run the command, exit with its status."""
+def _become_command(request: dict, fds: list[int], conn: socket.socket, entry: str) -> None:
+    """In the forked child: take on the client's process state, run the entry, exit with its status."""
     status, interrupted = 1, False
     try:
         signal.set_wakeup_fd(-1)
@@ -378,12 +387,9 @@ def _become_command(request: dict, fds: list[int], conn: socket.socket) -> None:
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         if "numpy" in sys.modules:  # a fresh process would have drawn its own global numpy state
             sys.modules["numpy"].random.seed()
-        from evotrainer import runtime
-        from evotrainer.cli.main import main
-
-        runtime.offline_defaults()
+        run = _load(entry)
         try:
-            result = main(request["argv"])
+            result = run(request["argv"])
             status = result if isinstance(result, int) else 0
         except SystemExit as exit_:
             code = exit_.code
@@ -413,5 +419,5 @@ def _become_command(request: dict, fds: list[int], conn: socket.socket) -> None:
         os._exit(status & 0xFF)
 
 
-if __name__ == "__main__":
-    serve(sys.argv[1])
+if __name__ == "__main__":  # python -m evotrainer.forkserver SOCKET ENTRY [PRELOAD ...] (see _spawn_server)
+    serve(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -2,26 +2,30 @@
 # and diagnostics (sandboxed); a candidate that cannot work is rejected here and not trained.
 rule replay:
     input:
-        candidates=f"{R}/gen{{g}}/candidates",
-        harness=f"{R}/gen{{g}}/harness",
-        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
-        pool=f"{R}/data/train.parquet",
+        candidates=P.candidates,
+        harness=P.harness,
+        rollouts=P.rollouts,
+        prompts=P("split", split=CFG.rollout.split),
+        **({"turns": P.turns} if MULTI_TURN else {}),
+        pool=P("split", split="train"),
         gate=human_gate("propose"),
         lineage=earlier_lineage_parts,
     output:
-        f"{R}/gen{{g}}/replay/{{cid}}.json",
+        P.replay,
     params:
         evo=EVO,
         conf=run_config,
         lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
+        turns=lambda wc, input: f"--turns {input.turns}" if MULTI_TURN else "",
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/replay_{{cid}}.tsv"
+        P("gen_benchmark", job="replay_{cid}")
     log:
-        f"{R}/logs/gen{{g}}/replay_{{cid}}.log",
+        P("gen_log", job="replay_{cid}"),
     conda:
         ENVS["cpu"]
     shell:
-        "{params.evo} replay --config {params.conf} --rollouts {input.rollouts} --harness {input.harness}"
+        "{params.evo} replay --config {params.conf} --rollouts {input.rollouts} --prompts {input.prompts} {params.turns}"
+        " --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --pool {input.pool} --out {output}"
         " --generation {wildcards.g} {params.lineage} > {log} 2>&1"
 
@@ -30,27 +34,27 @@ rule replay:
 # the policy/, harness/, train_log.parquet and val_rollouts.parquet beside it are complete when it exists.
 rule backtest:
     input:
-        policy=f"{R}/gen{{g}}/policy",
-        harness=f"{R}/gen{{g}}/harness",
-        candidates=f"{R}/gen{{g}}/candidates",
-        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
-        replay=f"{R}/gen{{g}}/replay/{{cid}}.json",
-        train=f"{R}/data/train.parquet",
-        val=f"{R}/data/val.parquet",
+        policy=P.policy,
+        harness=P.harness,
+        candidates=P.candidates,
+        rollouts=P.rollouts,
+        replay=P.replay,
+        train=P("split", split="train"),
+        val=P("split", split="val"),
     output:
-        metrics=f"{R}/gen{{g}}/backtest/{{cid}}/metrics.json",
+        metrics=P.backtest_metrics,
     params:
         evo=EVO,
         conf=run_config,
-        data=lambda wc: f"{run_dir(wc)}/data",
-        out=lambda wc: f"{run_dir(wc)}/gen{wc.g}/backtest/{wc.cid}",
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).gen(wc.g).backtest(wc.cid).dir),
         seeds=CFG.search.seeds,
         steps=STEPS,
     threads: TRAIN_THREADS
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/backtest_{{cid}}.tsv"
+        P("gen_benchmark", job="backtest_{cid}")
     log:
-        f"{R}/logs/gen{{g}}/backtest_{{cid}}.log",
+        P("gen_log", job="backtest_{cid}"),
     conda:
         ENVS["train-gpu"]
     shell:
@@ -64,24 +68,24 @@ rule backtest:
 # search.baseline_restarts it follows the loop's protocol (restart every generation, same seeds).
 rule baseline:
     input:
-        policy=f"{R}/gen0/policy",
-        harness=f"{R}/gen0/harness",
-        train=f"{R}/data/train.parquet",
-        val=f"{R}/data/val.parquet",
+        policy=P("policy", g=0),
+        harness=P("harness", g=0),
+        train=P("split", split="train"),
+        val=P("split", split="val"),
     output:
-        metrics=f"{R}/baseline/metrics.json",
+        metrics=P("baseline_metrics", arm="baseline"),
     params:
         evo=EVO,
         conf=run_config,
-        data=lambda wc: f"{run_dir(wc)}/data",
-        out=lambda wc: f"{run_dir(wc)}/baseline",
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).baseline("baseline").dir),
         steps=G * STEPS,
         restarts=G if CFG.search.baseline_restarts else 1,
     threads: TRAIN_THREADS
     benchmark:
-        f"{R}/benchmarks/baseline.tsv"
+        P("benchmark", job="baseline")
     log:
-        f"{R}/logs/baseline.log",
+        P("log", job="baseline"),
     conda:
         ENVS["train-gpu"]
     shell:
@@ -94,25 +98,25 @@ rule baseline:
 # sampled as many responses as the promoted path did (per seed; read from the run's lineage).
 rule baseline_matched:
     input:
-        policy=f"{R}/gen0/policy",
-        harness=f"{R}/gen0/harness",
-        train=f"{R}/data/train.parquet",
-        val=f"{R}/data/val.parquet",
-        lineage=f"{R}/lineage.parquet",
+        policy=P("policy", g=0),
+        harness=P("harness", g=0),
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+        lineage=P.lineage,
     output:
-        metrics=f"{R}/baseline_matched/metrics.json",
+        metrics=P("baseline_metrics", arm="baseline_matched"),
     params:
         evo=EVO,
         conf=run_config,
-        data=lambda wc: f"{run_dir(wc)}/data",
-        out=lambda wc: f"{run_dir(wc)}/baseline_matched",
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).baseline("baseline_matched").dir),
         steps=G * STEPS,
         restarts=G if CFG.search.baseline_restarts else 1,
     threads: TRAIN_THREADS
     benchmark:
-        f"{R}/benchmarks/baseline_matched.tsv"
+        P("benchmark", job="baseline_matched")
     log:
-        f"{R}/logs/baseline_matched.log",
+        P("log", job="baseline_matched"),
     conda:
         ENVS["train-gpu"]
     shell:

@@ -3,12 +3,14 @@
 # (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
 import re
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate, write_run_configs
+from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.tasks import is_multi_turn
 
 # Snakemake resolves dependencies recursively and every generation nests ~6 levels (promote -> select
@@ -35,17 +37,31 @@ elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
     # local runs: each job is forked from one process that has imported torch, transformers, pandas and the
     # stages (evotrainer/forkserver.py); saves their import in every job
     EVO = f"EVOTRAINER_FORKSERVER=1 {EVO}"
-R = f"{RESULTS}/{{run}}"  # prefix of every per-run path pattern
+# The run layout (evotrainer/layout.py) names every path: P.<entry> (or P("<entry>", field=value)) is a rule's
+# pattern with the wildcards {run}, {g}, {cid}, {arm}, {stage}; layout(wildcards) and run_layout(name) are one
+# run's concrete paths, for the input functions and params.
+P = RunLayout(Path(RESULTS) / "{run}").pattern
+R = str(Path(RESULTS) / "{run}")  # the run folder's pattern (every path under it comes from P)
+
+
+def run_layout(name):
+    return RunLayout.at(RESULTS, name)
+
+
+def layout(wildcards):
+    return run_layout(wildcards.run)
+
 
 # The headline experiment: the same config under seeds 0..S-1, as runs <run>-seed<s>.
 # Multi-turn tasks also write per-turn tables beside their rollouts (declared outputs of rollout and evaluate)
 MULTI_TURN = is_multi_turn(CFG.task.name)
-HEADLINE_RUNS = {f"{RUN}-seed{s}": s for s in range(CFG.search.headline_seeds)}
+HEADLINE_RUNS = {seed_run(RUN, s): s for s in range(CFG.search.headline_seeds)}
+HEADLINE = run_layout(headline_run(RUN))  # where the headline comparison is written
 # Each seed learns from its own skill library (independent seeds); one shared library only when
 # skills.library_dir is set explicitly, which headline.json then records as shared.
 RUN_CONFIGS = {RUN: CFG} | {
     name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed, "skills": {
-        "library_dir": CFG.skills.library_dir or f"{RESULTS}/{name}/skill_library"},
+        "library_dir": CFG.skills.library_dir or str(run_layout(name).skill_library)},
         # the headline also answers "at equal samples?" (local trainer: it implements the responses budget)
         "search": {"baseline_matched": CFG.search.baseline_matched
                    or (CFG.trainer.name == "local" and not is_multi_turn(CFG.task.name))}}))
@@ -55,8 +71,8 @@ RUN_CONFIGS = {RUN: CFG} | {
 # many candidates per generation as the loop's agent (agent.max_candidates; the user's extra candidates are not
 # counted: most fail validation untrained); no skills, no baselines of their own.
 SEARCH_ARMS = ("search_control", "random") if CFG.search.headline_search_arms else ()
-ARM_RUNS = {f"{name}-{arm}": (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
-ARM_LOOP = {f"{name}-{arm}": name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
+ARM_RUNS = {arm_run(name, arm): (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
+ARM_LOOP = {arm_run(name, arm): name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
 RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": False},
@@ -76,85 +92,87 @@ wildcard_constraints:
 
 
 def run_dir(wildcards):
-    return f"{RESULTS}/{wildcards.run}"
+    return str(layout(wildcards).root)
 
 
 def run_config(wildcards):
-    return f"{RESULTS}/{wildcards.run}/config.yaml"
+    return str(layout(wildcards).config)
 
 
 def loop_data():
-    return {split: f"{R}/data/{split}.parquet" for split in ("train", "val", "probe")}
+    return {split: P("split", split=split) for split in ("train", "val", "probe")}
 
 
 def candidate_ids(wildcards):
     """The candidates propose decided on at run time (checkpoint)."""
-    folder = checkpoints.propose.get(run=wildcards.run, g=wildcards.g).output.candidates
-    return sorted(glob_wildcards(f"{folder}/{{cid}}/proposal.json").cid)
+    checkpoints.propose.get(run=wildcards.run, g=wildcards.g)  # their folder: layout(wildcards).gen(g).candidates
+    return sorted(glob_wildcards(layout(wildcards).pattern("proposal", g=wildcards.g)).cid)
 
 
 def backtest_metrics(wildcards):
-    return [f"{RESULTS}/{wildcards.run}/gen{wildcards.g}/backtest/{cid}/metrics.json" for cid in candidate_ids(wildcards)]
+    gen = layout(wildcards).gen(wildcards.g)
+    return [str(gen.backtest(cid).metrics) for cid in candidate_ids(wildcards)]
 
 
 def parent_train_log(wildcards):
     """The train log of the run that produced this generation's policy (none for gen0)."""
     if int(wildcards.g) == 0:
         return []
-    return [f"{RESULTS}/{wildcards.run}/gen{wildcards.g}/parent_train_log.parquet"]
+    return [str(layout(wildcards).gen(wildcards.g).parent_train_log)]
 
 
 def earlier_lineage_parts(wildcards):
     """The lineage files of the generations before this one (what propose and replay learn from)."""
-    return [f"{RESULTS}/{wildcards.run}/gen{g}/lineage.parquet" for g in range(int(wildcards.g))]
+    return [str(layout(wildcards).gen(g).lineage) for g in range(int(wildcards.g))]
 
 
 def all_lineage_parts(wildcards):
-    return [f"{RESULTS}/{wildcards.run}/gen{g}/lineage.parquet" for g in range(G)]
+    return [str(layout(wildcards).gen(g).lineage) for g in range(G)]
 
 
 def previous_selection(wildcards):
-    return f"{RESULTS}/{wildcards.run}/gen{int(wildcards.g) - 1}/selection.json"
+    return str(layout(wildcards).gen(int(wildcards.g) - 1).selection)
 
 
 def previous_skills(wildcards):
-    return f"{RESULTS}/{wildcards.run}/gen{int(wildcards.g) - 1}/skills.json"
+    return str(layout(wildcards).gen(int(wildcards.g) - 1).skills)
 
 
 def all_selections(wildcards):
-    return [f"{RESULTS}/{wildcards.run}/gen{g}/selection.json" for g in range(G)]
+    return [str(layout(wildcards).gen(g).selection) for g in range(G)]
 
 
 def final_policy(wildcards):
-    return f"{RESULTS}/{wildcards.run}/gen{G}/policy"
+    return str(layout(wildcards).gen(G).policy)
 
 
 def arm_policy(wildcards):
-    return final_policy(wildcards) if wildcards.arm == "evolved" else f"{RESULTS}/{wildcards.run}/{wildcards.arm}/policy"
+    return final_policy(wildcards) if wildcards.arm == "evolved" else str(layout(wildcards).baseline(wildcards.arm).policy)
 
 
 def arm_inputs(wildcards):
-    root = f"{RESULTS}/{wildcards.run}"
+    run = layout(wildcards)
+    evolved = wildcards.arm == "evolved"
     return {
-        "done": final_policy(wildcards) if wildcards.arm == "evolved" else f"{root}/{wildcards.arm}/metrics.json",
-        "harness": f"{root}/gen{G}/harness" if wildcards.arm == "evolved" else f"{root}/gen0/harness",
-        "test": f"{root}/data/test.parquet",
+        "done": final_policy(wildcards) if evolved else str(run.baseline(wildcards.arm).metrics),
+        "harness": str(run.gen(G if evolved else 0).harness),
+        "test": str(run.split("test")),
     }
 
 
 def baseline_inputs(wildcards):
-    root = f"{RESULTS}/{wildcards.run}"
+    run = layout(wildcards)
     arms = {}
     if RUN_CONFIGS[wildcards.run].search.baseline:
-        arms |= {"test": f"{root}/eval/baseline/test_metrics.json", "metrics": f"{root}/baseline/metrics.json"}
+        arms |= {"test": str(run.test_metrics("baseline")), "metrics": str(run.baseline("baseline").metrics)}
     if RUN_CONFIGS[wildcards.run].search.baseline_matched:
-        arms |= {"matched_test": f"{root}/eval/baseline_matched/test_metrics.json",
-                 "matched_metrics": f"{root}/baseline_matched/metrics.json"}
+        arms |= {"matched_test": str(run.test_metrics("baseline_matched")),
+                 "matched_metrics": str(run.baseline("baseline_matched").metrics)}
     return arms
 
 
 def final_outputs():
-    return [f"{RESULTS}/{RUN}/summary.json", f"{RESULTS}/{RUN}/report.html"]
+    return [str(run_layout(RUN).summary), str(run_layout(RUN).report)]
 
 
 # Human gates (gates.smk): the gate file a stage's consumer takes as input, gates on or off.
@@ -163,17 +181,17 @@ def human_gate(stage, previous=False):
 
     def gate_file(wildcards):
         g = int(wildcards.g) - 1 if previous else int(wildcards.g)
-        return f"{RESULTS}/{wildcards.run}/gen{g}/gates/{stage}.json"
+        return str(layout(wildcards).gen(g).gate(stage))
 
     return gate_file
 
 
 def gate_inputs(wildcards):
-    gen = f"{RESULTS}/{wildcards.run}/gen{wildcards.g}"
+    gen = layout(wildcards).gen(wildcards.g)
     if wildcards.stage == "backtest":  # only here: it asks the propose checkpoint for the candidates
         return {"metrics": backtest_metrics(wildcards)}
     return {
-        "diagnosis": {"diagnosis": f"{gen}/diagnosis.json"},
-        "propose": {"candidates": f"{gen}/candidates"},
-        "select": {"selection": f"{gen}/selection.json", "skills": f"{gen}/skills.json"},
+        "diagnosis": {"diagnosis": str(gen.diagnosis)},
+        "propose": {"candidates": str(gen.candidates)},
+        "select": {"selection": str(gen.selection), "skills": str(gen.skills)},
     }[wildcards.stage]

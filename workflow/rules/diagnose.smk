@@ -1,20 +1,20 @@
 rule diagnose:
     input:
-        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
-        harness=f"{R}/gen{{g}}/harness",
+        rollouts=P.rollouts,
+        harness=P.harness,
         train_log=parent_train_log,
     output:
-        parquet=f"{R}/gen{{g}}/diagnostics.parquet",
-        json=f"{R}/gen{{g}}/diagnosis.json",
-        md=f"{R}/gen{{g}}/diagnosis.md",
+        parquet=P.diagnostics,
+        json=P.diagnosis,
+        md=P.diagnosis_md,
     params:
         evo=EVO,
         conf=run_config,
         train_log=lambda wc, input: f"--train-log {input.train_log}" if input.train_log else "",
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/diagnose.tsv"
+        P("gen_benchmark", job="diagnose")
     log:
-        f"{R}/logs/gen{{g}}/diagnose.log",
+        P("gen_log", job="diagnose"),
     conda:
         ENVS["cpu"]
     shell:

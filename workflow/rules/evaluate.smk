@@ -4,13 +4,13 @@ rule heldout:
     input:
         final_policy,
     output:
-        f"{R}/data/test.parquet",
+        P("split", split="test"),
     params:
         evo=EVO,
         conf=run_config,
-        out=lambda wc: f"{run_dir(wc)}/data",
+        out=lambda wc: str(layout(wc).data),
     log:
-        f"{R}/logs/heldout.log",
+        P("log", job="heldout"),
     conda:
         ENVS["cpu"]
     shell:
@@ -21,18 +21,18 @@ rule evaluate:
     input:
         unpack(arm_inputs),
     output:
-        metrics=f"{R}/eval/{{arm}}/test_metrics.json",
-        rollouts=f"{R}/eval/{{arm}}/test_rollouts.parquet",
-        **({"turns": f"{R}/eval/{{arm}}/test_rollouts_turns.parquet"} if MULTI_TURN else {}),
+        metrics=P.test_metrics,
+        rollouts=P.test_rollouts,
+        **({"turns": P.test_turns} if MULTI_TURN else {}),
     params:
         evo=EVO,
         conf=run_config,
         policy=arm_policy,
     threads: TRAIN_THREADS
     benchmark:
-        f"{R}/benchmarks/evaluate_{{arm}}.tsv"
+        P("benchmark", job="evaluate_{arm}")
     log:
-        f"{R}/logs/evaluate_{{arm}}.log",
+        P("log", job="evaluate_{arm}"),
     conda:
         ENVS["train-gpu"]
     shell:
@@ -44,13 +44,13 @@ rule evaluate:
 rule summary:
     input:
         unpack(baseline_inputs),
-        init=f"{R}/init/metrics.json",
+        init=P.init_metrics,
         selections=all_selections,
-        evolved=f"{R}/eval/evolved/test_metrics.json",
-        lineage=f"{R}/lineage.parquet",
+        evolved=P("test_metrics", arm="evolved"),
+        lineage=P.lineage,
     output:
-        json=f"{R}/summary.json",
-        md=f"{R}/summary.md",
+        json=P.summary,
+        md=P.summary_md,
     params:
         evo=EVO,
         conf=run_config,
@@ -59,9 +59,9 @@ rule summary:
         + (f" --matched-test {input.matched_test} --matched-metrics {input.matched_metrics}"
            if "matched_test" in input.keys() else ""),
     benchmark:
-        f"{R}/benchmarks/summary.tsv"
+        P("benchmark", job="summary")
     log:
-        f"{R}/logs/summary.log",
+        P("log", job="summary"),
     conda:
         ENVS["cpu"]
     shell:

@@ -1,5 +1,5 @@
 # Human gates (conf: gates.after_<stage>, gates.after_failed_generations; README "Human gates").
-# A stage's consumer always takes gen{g}/gates/<stage>.json as input, gates on or off, so that turning
+# A stage's consumer always takes gen<g>/gates/<stage>.json as input, gates on or off, so that turning
 # a gate on or off in the middle of a run changes no job's inputs (which would make Snakemake redo
 # finished work). The `gate` job writes the file at once when the gate is not required, or once a
 # person approved (evotrainer approve/revise/abort); otherwise it fails with the commands to run, and
@@ -15,7 +15,7 @@ rule gate:
     input:
         unpack(gate_inputs),
     output:
-        f"{R}/gen{{g}}/gates/{{stage}}.json",
+        P.gate,
     wildcard_constraints:
         stage="diagnosis|propose|backtest|select",
     params:
@@ -23,7 +23,7 @@ rule gate:
         conf=run_config,
         run_dir=run_dir,
     log:
-        f"{R}/logs/gen{{g}}/gate_{{stage}}.log",
+        P("gen_log", job="gate_{stage}"),
     # no redirection: the gate's message (what to review, which command to run) goes to the terminal
     conda:
         ENVS["cpu"]

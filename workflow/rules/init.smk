@@ -11,11 +11,11 @@ rule data:
     params:
         evo=EVO,
         conf=run_config,
-        out=lambda wc: f"{run_dir(wc)}/data",
+        out=lambda wc: str(layout(wc).data),
     benchmark:
-        f"{R}/benchmarks/data.tsv"
+        P("benchmark", job="data")
     log:
-        f"{R}/logs/data.log",
+        P("log", job="data"),
     conda:
         ENVS["cpu"]
     shell:
@@ -26,21 +26,21 @@ rule init:
     input:
         **loop_data(),
     output:
-        policy=directory(f"{R}/gen0/policy"),
-        harness=directory(f"{R}/gen0/harness"),
-        sft_log=f"{R}/init/sft_log.parquet",
-        metrics=f"{R}/init/metrics.json",
+        policy=directory(P("policy", g=0)),
+        harness=directory(P("harness", g=0)),
+        sft_log=P.init_sft_log,
+        metrics=P.init_metrics,
     wildcard_constraints:
         run=OWN_START,
     params:
         evo=EVO,
         conf=run_config,
-        data=lambda wc: f"{run_dir(wc)}/data",
+        data=lambda wc: str(layout(wc).data),
     threads: 2
     benchmark:
-        f"{R}/benchmarks/init.tsv"
+        P("benchmark", job="init")
     log:
-        f"{R}/logs/init.log",
+        P("log", job="init"),
     conda:
         ENVS["train-gpu"]
     shell:
@@ -53,24 +53,24 @@ rule init:
 # and SFT warm start equal the loop's bit for bit: copied, not recomputed (the SFT is the costliest serial job).
 rule share_init:
     input:
-        init=lambda wc: f"{RESULTS}/{ARM_LOOP[wc.run]}/init/metrics.json",
-        policy=lambda wc: f"{RESULTS}/{ARM_LOOP[wc.run]}/gen0/policy",
+        init=lambda wc: str(run_layout(ARM_LOOP[wc.run]).init_metrics),
+        policy=lambda wc: str(run_layout(ARM_LOOP[wc.run]).gen(0).policy),
     output:
         **loop_data(),
-        policy=directory(f"{R}/gen0/policy"),
-        harness=directory(f"{R}/gen0/harness"),
-        sft_log=f"{R}/init/sft_log.parquet",
-        metrics=f"{R}/init/metrics.json",
+        policy=directory(P("policy", g=0)),
+        harness=directory(P("harness", g=0)),
+        sft_log=P.init_sft_log,
+        metrics=P.init_metrics,
     wildcard_constraints:
         run="|".join(map(re.escape, ARM_LOOP)) or "^$",
     params:
         evo=EVO,
-        source=lambda wc: f"{RESULTS}/{ARM_LOOP[wc.run]}",
+        source=lambda wc: str(run_layout(ARM_LOOP[wc.run]).root),
         run_dir=run_dir,
     benchmark:
-        f"{R}/benchmarks/share_init.tsv"
+        P("benchmark", job="share_init")
     log:
-        f"{R}/logs/share_init.log",
+        P("log", job="share_init"),
     conda:
         ENVS["cpu"]
     shell:

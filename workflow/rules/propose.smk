@@ -1,20 +1,20 @@
 # A checkpoint: how many candidates a generation gets is decided by the agent at run time.
 checkpoint propose:
     input:
-        diagnosis=f"{R}/gen{{g}}/diagnosis.json",
-        harness=f"{R}/gen{{g}}/harness",
+        diagnosis=P.diagnosis,
+        harness=P.harness,
         gate=human_gate("diagnosis"),
         lineage=earlier_lineage_parts,
     output:
-        candidates=directory(f"{R}/gen{{g}}/candidates"),
+        candidates=directory(P.candidates),
     params:
         evo=EVO,
         conf=run_config,
         lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/propose.tsv"
+        P("gen_benchmark", job="propose")
     log:
-        f"{R}/logs/gen{{g}}/propose.log",
+        P("gen_log", job="propose"),
     conda:
         ENVS["agent"]
     shell:

@@ -4,22 +4,22 @@ FIGURES = ["val_per_generation", "training_curves", "lineage_tree", "findings_he
 
 rule report:
     input:
-        summary=f"{R}/summary.json",
-        lineage=f"{R}/lineage.parquet",
+        summary=P.summary,
+        lineage=P.lineage,
     output:
-        html=f"{R}/report.html",
+        html=P.report,
         figures=[
-            report(f"{R}/report/{name}.png", caption=f"../report/{name}.rst", category="EvoTrainer", subcategory="{run}")
+            report(P("figure", figure=name), caption=f"../report/{name}.rst", category="EvoTrainer", subcategory="{run}")
             for name in FIGURES
         ],
     params:
         evo=EVO,
         run_dir=run_dir,
-        figures=lambda wc: f"{run_dir(wc)}/report",
+        figures=lambda wc: str(layout(wc).figures),
     benchmark:
-        f"{R}/benchmarks/report.tsv"
+        P("benchmark", job="report")
     log:
-        f"{R}/logs/report.log",
+        P("log", job="report"),
     conda:
         ENVS["cpu"]
     shell:
@@ -30,17 +30,17 @@ rule report:
 # (search.headline_seeds), then the difference in test accuracy with a bootstrap interval.
 rule headline:
     input:
-        summaries=[f"{RESULTS}/{name}/summary.json" for name in HEADLINE_RUNS],
-        reports=[f"{RESULTS}/{name}/report.html" for name in HEADLINE_RUNS],
-        arms=[f"{RESULTS}/{name}/summary.json" for name in ARM_RUNS],
+        summaries=[str(run_layout(name).summary) for name in HEADLINE_RUNS],
+        reports=[str(run_layout(name).report) for name in HEADLINE_RUNS],
+        arms=[str(run_layout(name).summary) for name in ARM_RUNS],
     output:
-        json=f"{RESULTS}/{RUN}-headline/headline.json",
-        png=report(f"{RESULTS}/{RUN}-headline/headline.png", caption="../report/headline.rst", category="Headline"),
+        json=str(HEADLINE.headline_json),
+        png=report(str(HEADLINE.headline_png), caption="../report/headline.rst", category="Headline"),
     params:
         evo=EVO,
         arms=lambda wc, input: f"--arm-summaries {' '.join(input.arms)}" if input.arms else "",
     log:
-        f"{RESULTS}/{RUN}-headline/headline.log",
+        str(HEADLINE.headline_log),
     conda:
         ENVS["cpu"]
     shell:

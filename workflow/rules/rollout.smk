@@ -1,19 +1,19 @@
 rule rollout:
     input:
-        policy=f"{R}/gen{{g}}/policy",
-        harness=f"{R}/gen{{g}}/harness",
-        prompts=f"{R}/data/{CFG.rollout.split}.parquet",
+        policy=P.policy,
+        harness=P.harness,
+        prompts=P("split", split=CFG.rollout.split),
     output:
-        rollouts=f"{R}/gen{{g}}/rollouts.parquet",
-        **({"turns": f"{R}/gen{{g}}/turns.parquet"} if MULTI_TURN else {}),
+        rollouts=P.rollouts,
+        **({"turns": P.turns} if MULTI_TURN else {}),
     params:
         evo=EVO,
         conf=run_config,
     threads: TRAIN_THREADS
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/rollout.tsv"
+        P("gen_benchmark", job="rollout")
     log:
-        f"{R}/logs/gen{{g}}/rollout.log",
+        P("gen_log", job="rollout"),
     conda:
         ENVS["train-gpu"]
     shell:

@@ -1,20 +1,20 @@
 rule select:
     input:
-        candidates=f"{R}/gen{{g}}/candidates",
-        harness=f"{R}/gen{{g}}/harness",
+        candidates=P.candidates,
+        harness=P.harness,
         metrics=backtest_metrics,
         gate=human_gate("backtest"),
     output:
-        selection=f"{R}/gen{{g}}/selection.json",
-        lineage=f"{R}/gen{{g}}/lineage.parquet",
+        selection=P.selection,
+        lineage=P.lineage_part,
     params:
         evo=EVO,
         conf=run_config,
-        backtests=lambda wc: f"{run_dir(wc)}/gen{wc.g}/backtest",
+        backtests=lambda wc: str(layout(wc).gen(wc.g).backtests),
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/select.tsv"
+        P("gen_benchmark", job="select")
     log:
-        f"{R}/logs/gen{{g}}/select.log",
+        P("gen_log", job="select"),
     conda:
         ENVS["cpu"]
     shell:
@@ -30,19 +30,19 @@ rule promote:
         skills=previous_skills,
         gate=human_gate("select", previous=True),
     output:
-        policy=directory(f"{R}/gen{{g}}/policy"),
-        harness=directory(f"{R}/gen{{g}}/harness"),
-        train_log=f"{R}/gen{{g}}/parent_train_log.parquet",
+        policy=directory(P.policy),
+        harness=directory(P.harness),
+        train_log=P.parent_train_log,
     wildcard_constraints:
         g=r"[1-9]\d*",
     params:
         evo=EVO,
         conf=run_config,
-        backtests=lambda wc: f"{run_dir(wc)}/gen{int(wc.g) - 1}/backtest",
+        backtests=lambda wc: str(layout(wc).gen(int(wc.g) - 1).backtests),
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/promote.tsv"
+        P("gen_benchmark", job="promote")
     log:
-        f"{R}/logs/gen{{g}}/promote.log",
+        P("gen_log", job="promote"),
     conda:
         ENVS["cpu"]
     shell:
@@ -55,11 +55,11 @@ rule lineage:
     input:
         all_lineage_parts,
     output:
-        f"{R}/lineage.parquet",
+        P.lineage,
     params:
         evo=EVO,
     log:
-        f"{R}/logs/lineage.log",
+        P("log", job="lineage"),
     conda:
         ENVS["cpu"]
     shell:

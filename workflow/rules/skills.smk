@@ -7,19 +7,19 @@ localrules:
 
 rule skills:
     input:
-        selection=f"{R}/gen{{g}}/selection.json",
-        diagnosis=f"{R}/gen{{g}}/diagnosis.json",
-        candidates=f"{R}/gen{{g}}/candidates",
+        selection=P.selection,
+        diagnosis=P.diagnosis,
+        candidates=P.candidates,
     output:
-        f"{R}/gen{{g}}/skills.json",
+        P.gen_skills,
     params:
         evo=EVO,
         conf=run_config,
         run_dir=run_dir,
     benchmark:
-        f"{R}/benchmarks/gen{{g}}/skills.tsv"
+        P("gen_benchmark", job="skills")
     log:
-        f"{R}/logs/gen{{g}}/skills.log",
+        P("gen_log", job="skills"),
     conda:
         ENVS["cpu"]
     shell:

@@ -16,9 +16,9 @@ import math
 import numpy as np
 
 from evotrainer.agents.base import ProposalContext
-from evotrainer.agents.heuristic import set_recipe_values, unified_diff
 from evotrainer.contracts.candidate import Proposal
 from evotrainer.contracts.harness import RECIPE_SCHEMA, load_recipe
+from evotrainer.contracts.intervention import set_recipe_values, unified_diff
 
 SPREAD = 4.0  # random values lie within [value / SPREAD, value * SPREAD] (clipped to the schema's range)
 

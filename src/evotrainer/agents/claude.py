@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-from evotrainer.agents.calls import Usage
 from evotrainer.agents.llm import LLMAgent, api_key
 from evotrainer.agents.replies import (
     MAX_TOOL_CALLS,
@@ -27,6 +26,7 @@ from evotrainer.agents.replies import (
     stub_arguments,
 )
 from evotrainer.agents.transport import SDKProvider
+from evotrainer.contracts.agent_calls import Usage
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 

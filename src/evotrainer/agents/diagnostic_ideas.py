@@ -14,6 +14,7 @@ import pandas as pd
 
 from evotrainer.agents.base import ProposalContext
 from evotrainer.contracts.candidate import Proposal
+from evotrainer.contracts.intervention import unified_diff
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,6 @@ IDEAS = (REWARD_WITHOUT_CORRECTNESS,)
 
 def propose_diagnostics(context: ProposalContext, tried: set[str]) -> list[Proposal]:
     """Diagnostics-only proposals the lineage calls for (not yet in the harness, not yet tried)."""
-    from evotrainer.agents.heuristic import unified_diff
     from evotrainer.runtime import diff_hash
 
     lineage = context.lineage if context.lineage is not None else pd.DataFrame()

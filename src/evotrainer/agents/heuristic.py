@@ -8,69 +8,21 @@ parent harness (per the lineage) is not proposed again.
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from evotrainer.agents.base import ProposalContext
+from evotrainer.agents.diagnostic_ideas import propose_diagnostics
 from evotrainer.agents.guidance import Guidance
-from evotrainer.contracts.candidate import Proposal, validate
+from evotrainer.contracts.candidate import Proposal
 from evotrainer.contracts.harness import load_recipe
+from evotrainer.contracts.intervention import Intervention, set_recipe_values, unified_diff
 from evotrainer.runtime import diff_hash
+from evotrainer.sandbox.candidate_check import validate
 
 SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}
-
-
-def unified_diff(name: str, old: str, new: str) -> str:
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{name}", tofile=f"b/{name}"
-    )
-    return "".join(lines)
-
-
-def _format(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.2e}" if (value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e4)) else repr(round(value, 6))
-    return str(value)
-
-
-def set_recipe_values(recipe_text: str, changes: dict) -> str:
-    """Edit `key: value` lines in place, keeping comments and order."""
-    out = recipe_text
-    for key, value in changes.items():
-        pattern = re.compile(rf"^({re.escape(key)}:[ \t]*)([^#\n]*?)([ \t]*#.*)?$", re.MULTILINE)
-        if not pattern.search(out):
-            raise KeyError(key)
-        out = pattern.sub(lambda m, v=value: f"{m.group(1)}{_format(v)}{m.group(3) or ''}", out, count=1)
-    return out
-
-
-def set_constant(file: str, name: str, value: float):
-    """An edit setting ``NAME = value`` in a harness file (None where it already has that value)."""
-    pattern = re.compile(rf"^{name} = ([^\s#]+)", re.MULTILINE)
-
-    def edit(recipe: dict, files: dict) -> dict | None:
-        match = pattern.search(files[file])
-        if match is None or float(match.group(1)) == value:
-            return None
-        return {file: pattern.sub(f"{name} = {value}", files[file], count=1)}
-
-    return edit
-
-
-@dataclass(frozen=True)
-class Intervention:
-    name: str
-    triggers: tuple[str, ...]  # finding names that call for it
-    edit: Callable[[dict, dict], dict | None]  # (recipe, files) -> {file: new_text} or None if not applicable
-    hypothesis: str
-    success_criterion: str = "val accuracy above the control's after the same number of steps"
 
 
 def _recipe_edit(fn: Callable[[dict], dict | None]) -> Callable[[dict, dict], dict | None]:
@@ -260,8 +212,6 @@ class HeuristicAgent:
         options += self._skill_proposals(context, guidance, tried, severity)
         options.sort(key=lambda option: option[0])
         # diagnostics changes cost no training (backtested on archived evidence): they come on top of k
-        from evotrainer.agents.diagnostic_ideas import propose_diagnostics
-
         return [proposal for _, proposal in options[:k]] + propose_diagnostics(context, tried)
 
     @staticmethod

@@ -15,7 +15,7 @@ the whole conversation are capped; every request body and call-log field is reda
 (evotrainer.secrets). When the endpoint fails for good, the step's deadline passes or the per-run
 budget is spent, the conversation stops cleanly, the candidate in progress fails with its label, and
 with ``agent.fallback: heuristic`` the offline agent fills the free slots. Nothing raises out of
-``narrate`` / ``propose``; every call is recorded (evotrainer.agents.calls).
+``narrate`` / ``propose``; every call is recorded (evotrainer.contracts.agent_calls).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from evotrainer import secrets
-from evotrainer.agents import calls as call_records
 from evotrainer.agents.base import FailedProposal, FallbackProposal, ProposalContext
 from evotrainer.agents.prompts import first_message, system_prompt
 from evotrainer.agents.replies import Reply, ToolCall
@@ -49,6 +48,7 @@ from evotrainer.agents.submission import (  # noqa: F401  (the labels are re-exp
 )
 from evotrainer.agents.tools import TOOL_SPECS, Toolbox, ToolError, cap
 from evotrainer.agents.transport import API_ERROR, MALFORMED, TIMEOUT, CallFailed, Deadline
+from evotrainer.contracts import agent_calls as call_records
 from evotrainer.contracts.candidate import Proposal
 from evotrainer.runtime import diff_hash
 

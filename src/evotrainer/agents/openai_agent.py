@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 
-from evotrainer.agents.calls import Usage
 from evotrainer.agents.llm import LLMAgent, api_key
 from evotrainer.agents.replies import (
     MAX_TOOL_CALLS,
@@ -28,6 +27,7 @@ from evotrainer.agents.replies import (
     stub_arguments,
 )
 from evotrainer.agents.transport import MalformedReply, SDKProvider
+from evotrainer.contracts.agent_calls import Usage
 
 NO_KEY = "no-key"  # sent to endpoints that need none (the SDK refuses an empty key)
 

@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from evotrainer.agents.calls import Usage
 from evotrainer.agents.transport import MalformedReply
+from evotrainer.contracts.agent_calls import Usage
 
 MAX_TOOL_CALLS = 8  # per reply; more are dropped (not run, not sent back)
 MAX_TOKENS_PER_CALL = 10_000_000  # a usage count above this is not believed

@@ -1,12 +1,13 @@
 """A submitted candidate, checked at once: the arguments' types, UTF-8, size, only harness files, not
-tried before, applies strictly, recipe schema, imports (evotrainer.contracts.candidate.validate).
+tried before, applies strictly, recipe schema, imports (evotrainer.sandbox.candidate_check.validate).
 Each refusal has a failure label and a message for the model; accepted text fields are cut."""
 
 from __future__ import annotations
 
 from evotrainer.agents.transport import API_ERROR, MALFORMED, TIMEOUT
-from evotrainer.contracts.candidate import CandidateError, Proposal, touched_files, validate
+from evotrainer.contracts.candidate import CandidateError, Proposal, touched_files
 from evotrainer.runtime import diff_hash
+from evotrainer.sandbox.candidate_check import validate
 
 # labels of candidates the agent failed to produce (evotrainer.contracts.lineage.FAILURE_LABELS lists them too)
 NO_TOOL_CALL = "agent_no_tool_call"

@@ -1,8 +1,9 @@
 """Training and rollout backends behind one trainer interface: ``trainer(name)(job, reward=, task=,
-weights=) -> train log`` trains ``job.parent_policy`` under ``job.harness`` for ``job.steps`` steps,
+weights=, cfg=) -> train log`` trains ``job.parent_policy`` under ``job.harness`` for ``job.steps`` steps,
 saves the trained policy to ``job.out/policy`` and returns the per-step train log. It gets the reward
-as an object (the sandboxed worker), the task (trusted verify) and the curriculum weights (computed in
-the sandbox): a backend never imports harness code and never evaluates; evaluation is a separate step
+as an object (the sandboxed worker), the task (trusted verify), the curriculum weights (computed in
+the sandbox) and the run config the stage loaded (``cfg``; loaded from ``job.config`` only when not
+given): a backend never imports harness code and never evaluates; evaluation is a separate step
 that only reads the saved policy (evotrainer.stages.backtest).
 
 - ``local``: one-process GRPO in torch (CPU or one GPU), evotrainer.backends.local.

@@ -21,14 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evotrainer.backends.local.scoring import (
-    Reward,
-    evidence_frame,
-    overlong_penalty,
-    reward_rows,
-    verify_all,
-)
 from evotrainer.contracts.task import Task
+from evotrainer.scoring import Reward, score
+from evotrainer.scoring.evidence import evidence_frame
 
 FINISH = {"stop": "eos", "length": "length"}
 
@@ -93,13 +88,10 @@ def evidence_rows(outputs: list, prompts: pd.DataFrame, *, recipe: dict[str, Any
             cumulative = completion.cumulative_logprob
             logprobs.append(float(cumulative) / max(n_tokens, 1) if cumulative is not None else float("nan"))
     repeated = pd.DataFrame(rows).reset_index(drop=True)
-    verdicts = verify_all(task, responses, repeated)
-    rewards, components = reward.score(reward_rows(repeated, responses, verdicts))
     length_arr = np.asarray(lengths, dtype=np.int64)
-    rewards = rewards + overlong_penalty(length_arr, recipe["max_response_len"], recipe["overlong_buffer"],
-                                         recipe["overlong_penalty"])
+    scored = score(task, responses, repeated, reward, recipe=recipe, lengths=length_arr)
     return evidence_frame(
-        repeated, responses, rewards, components, verdicts,
+        repeated, responses, scored.rewards, scored.components, scored.verdicts,
         sample_idx=np.concatenate([np.arange(len(r.outputs)) for r in outputs]), response_tokens=length_arr,
         finished=np.asarray(finish) == "eos", mean_logprob=np.asarray(logprobs, dtype=float), entropy=None,
         run=run, generation=generation, split=split, step=step, policy_id=policy_id, harness_id=harness_id, seed=seed)

@@ -5,9 +5,10 @@ import os
 import sys
 
 if os.environ.get("EVOTRAINER_FORKSERVER") == "1":
+    from evotrainer.cli.fork_entry import ENTRY, PRELOAD
     from evotrainer.forkserver import run_via_server
 
-    sys.exit(run_via_server(sys.argv[1:]))
+    sys.exit(run_via_server(sys.argv[1:], ENTRY, PRELOAD))
 
 from evotrainer.cli.main import main
 

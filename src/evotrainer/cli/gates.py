@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 
 from evotrainer.cli.inspect import resolve_run
+from evotrainer.layout import RunLayout
 from evotrainer.search import approvals
 
 CONTINUE = "Rerun the same snakemake command to continue (it resumes from the gate)."
@@ -40,5 +41,5 @@ def abort(run: str, reason: str | None = None, by: str | None = None, results: s
     def act(run_dir, name):
         approvals.abort(run_dir, name, reason=reason, by=by)
         return (f"run '{name}' aborted; it stops at its pending (or next) human gate. "
-                f"Decisions: {approvals.approvals_dir(run_dir) / 'decisions.jsonl'}")
+                f"Decisions: {RunLayout(run_dir).decisions}")
     return _decide("abort", run, results, act)

@@ -13,15 +13,16 @@ from rich.console import Console
 from rich.table import Table
 
 from evotrainer.contracts import lineage as lineage_contract
+from evotrainer.layout import RunLayout
 
 console = Console()
 
 
 def resolve_run(run: str, results: str = "results") -> Path:
     path = Path(run)
-    if not (path / "config.yaml").exists():
-        path = Path(results) / run
-    if not (path / "config.yaml").exists():
+    if not RunLayout(path).config.exists():
+        path = RunLayout.at(results, run).root
+    if not RunLayout(path).config.exists():
         raise SystemExit(f"no run '{run}': neither {run}/config.yaml nor {path}/config.yaml exists")
     return path
 
@@ -58,20 +59,20 @@ def status(run: str, results: str = "results") -> None:
     run_dir = resolve_run(run, results)
     import yaml
 
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg = yaml.safe_load(RunLayout(run_dir).config.read_text())
     total = cfg["search"]["generations"]
     table = Table(title=f"run {run_dir.name}: {total} generations planned")
     for col in ("gen", "rollout", "diagnosis", "candidates", "backtests", "promoted", "val acc", "control"):
         table.add_column(col)
     best = None
     for g in range(total):
-        gen = run_dir / f"gen{g}"
-        cands = [p.name for p in (gen / "candidates").iterdir() if p.is_dir()] if (gen / "candidates").exists() else []
-        done = sum((gen / "backtest" / c / "metrics.json").exists() for c in cands)
-        sel = json.loads((gen / "selection.json").read_text()) if (gen / "selection.json").exists() else None
+        gen = RunLayout(run_dir).gen(g)
+        cands = [p.name for p in gen.candidates.iterdir() if p.is_dir()] if gen.candidates.exists() else []
+        done = sum(gen.backtest(c).metrics.exists() for c in cands)
+        sel = json.loads(gen.selection.read_text()) if gen.selection.exists() else None
         if sel:
             best = max(best or 0.0, sel["promoted_val_accuracy"])
-        table.add_row(str(g), "✓" if (gen / "rollouts.parquet").exists() else "", "✓" if (gen / "diagnosis.json").exists() else "",
+        table.add_row(str(g), "✓" if gen.rollouts.exists() else "", "✓" if gen.diagnosis.exists() else "",
                       str(len(cands)) if cands else "", f"{done}/{len(cands)}" if cands else "",
                       f"{sel['promoted']} ({sel['intervention']})" if sel else "", _fmt(sel and sel["promoted_val_accuracy"]),
                       _fmt(sel and sel["control_val_accuracy"]))
@@ -83,7 +84,7 @@ def status(run: str, results: str = "results") -> None:
 
     for line in status_lines(run_dir):  # human gates: abort, pending gates with their commands, last decision
         console.print(line, markup=False, highlight=False)
-    summary = run_dir / "summary.json"
+    summary = RunLayout(run_dir).summary
     if summary.exists():
         s = json.loads(summary.read_text())
         console.print(f"finished: test accuracy evolved {_fmt(s['evolved_test_accuracy'])}, "
@@ -91,11 +92,11 @@ def status(run: str, results: str = "results") -> None:
 
 
 def show(run: str, generation: int, results: str = "results") -> None:
-    gen = resolve_run(run, results) / f"gen{generation}"
-    if not gen.exists():
-        raise SystemExit(f"{gen} does not exist")
-    if (gen / "diagnostics.parquet").exists():
-        findings = pd.read_parquet(gen / "diagnostics.parquet")
+    gen = RunLayout(resolve_run(run, results)).gen(generation)
+    if not gen.dir.exists():
+        raise SystemExit(f"{gen.dir} does not exist")
+    if gen.diagnostics.exists():
+        findings = pd.read_parquet(gen.diagnostics)
         order = {"critical": 0, "warn": 1, "ok": 2, "info": 3}
         findings = findings.assign(_o=findings["severity"].map(order)).sort_values(["_o", "name"])
         table = Table(title=f"findings, generation {generation}")
@@ -108,11 +109,11 @@ def show(run: str, generation: int, results: str = "results") -> None:
     table = Table(title=f"candidates, generation {generation}")
     for col in ("id", "intervention", "valid", "val acc", "Δ control", "verdict", "label / hypothesis"):
         table.add_column(col, overflow="fold")
-    sel = json.loads((gen / "selection.json").read_text()) if (gen / "selection.json").exists() else {"candidates": []}
+    sel = json.loads(gen.selection.read_text()) if gen.selection.exists() else {"candidates": []}
     verdicts = {c["candidate_id"]: c for c in sel["candidates"]}
-    for folder in sorted(p for p in (gen / "candidates").iterdir() if p.is_dir()) if (gen / "candidates").exists() else []:
-        proposal = json.loads((folder / "proposal.json").read_text())
-        metrics_path = gen / "backtest" / folder.name / "metrics.json"
+    for folder in sorted(p for p in gen.candidates.iterdir() if p.is_dir()) if gen.candidates.exists() else []:
+        proposal = json.loads(gen.candidate(folder.name).proposal.read_text())
+        metrics_path = gen.backtest(folder.name).metrics
         metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
         v = verdicts.get(folder.name, {})
         table.add_row(folder.name, proposal["intervention"], "yes" if proposal["validation"]["ok"] else "no",
@@ -124,7 +125,7 @@ def show(run: str, generation: int, results: str = "results") -> None:
 
 
 def lineage(run: str, results: str = "results") -> None:
-    table_df = lineage_contract.read(resolve_run(run, results) / "lineage.parquet")
+    table_df = lineage_contract.read(RunLayout(resolve_run(run, results)).lineage)
     table = Table(title=f"lineage of {run} ({len(table_df)} candidates)")
     for col in ("gen", "id", "intervention", "val acc", "Δ control", "verdict", "failure"):
         table.add_column(col)
@@ -138,7 +139,7 @@ def lineage(run: str, results: str = "results") -> None:
 def compare(run_a: str, run_b: str, results: str = "results") -> None:
     summaries = []
     for run in (run_a, run_b):
-        path = resolve_run(run, results) / "summary.json"
+        path = RunLayout(resolve_run(run, results)).summary
         if not path.exists():
             raise SystemExit(f"{run} has not finished (no {path})")
         summaries.append(json.loads(path.read_text()))
@@ -177,8 +178,9 @@ def report(run: str, results: str = "results") -> None:
     from evotrainer.report.html import build
 
     run_dir = resolve_run(run, results)
-    build(run_dir, run_dir / "report.html", run_dir / "report")
-    console.print(f"wrote {run_dir / 'report.html'}")
+    layout = RunLayout(run_dir)
+    build(run_dir, layout.report, layout.figures)
+    console.print(f"wrote {layout.report}")
 
 
 def evidence(action: str, path: str) -> int:

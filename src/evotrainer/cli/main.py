@@ -56,7 +56,8 @@ STAGES: dict[str, Command] = {
                                                             "out-json", "out-md", "generation:int")),
     "propose": Command("evotrainer.stages.propose:run", ("config", "diagnosis>diagnosis_json", "harness>harness_dir", "lineage+?>lineage_parts", "out-dir",
                                                           "generation:int")),
-    "replay": Command("evotrainer.stages.replay:run", ("config", "rollouts", "harness>parent_harness", "candidate>candidate_dir",
+    "replay": Command("evotrainer.stages.replay:run", ("config", "rollouts", "prompts>prompts_path", "turns?>turns_path",
+                                                        "harness>parent_harness", "candidate>candidate_dir",
                                                         "pool>pool_path", "out", "generation:int", "lineage+?>lineage_parts")),
     "backtest": Command("evotrainer.stages.backtest:run", (
         "config", "policy>parent_policy", "harness>parent_harness", "candidate?>candidate_dir", "data-dir",

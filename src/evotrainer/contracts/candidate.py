@@ -4,17 +4,18 @@ Checks, in order, each with its failure label: the diff parses and names only ha
 (``invalid_diff``, ``forbidden_path``); it applies strictly with ``git apply`` (no fuzz)
 (``invalid_diff``); the recipe stays inside the schema (``schema_violation`` / ``parse_error``);
 Python files parse (``syntax_error``) and import in a subprocess under a time limit, exposing the
-functions the trainer calls (``import_error`` / ``sandbox_timeout``).
+functions the trainer calls (``REQUIRED_FUNCTIONS``; ``import_error`` / ``sandbox_timeout``).
+
+This module holds the record and the checks that run no candidate code (parse and apply the diff); the
+whole check, which imports the candidate's files in the sandbox, is evotrainer.sandbox.candidate_check
+(``check_harness``, ``validate``): the sandbox sits above the contracts.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +23,6 @@ from evotrainer.contracts.harness import (
     EDITABLE_FILES,
     HARNESS_FILES,
     OPTIONAL_HARNESS_FILES,
-    HarnessError,
-    check_layout,
-    harness_id,
-    load_env,
-    load_recipe,
 )
 
 CONTROL = "control"
@@ -128,78 +124,3 @@ def _check_same_files(parent: Path, applied: Path) -> None:
             what = "a symbolic link" if entry.is_symlink() else "a new file"
             raise CandidateError(f"the applied diff leaves {what} '{entry.name}' in the harness; "
                                  f"only edits of {list(HARNESS_FILES)} are allowed", "forbidden_path")
-
-
-_IMPORT_PROBE = """
-import importlib.util, pathlib, sys
-import numpy, pandas  # loaded before the guard, as in the sandbox worker (numpy loads ctypes)
-from evotrainer.sandbox.worker import install_guard
-install_guard(pathlib.Path.cwd())
-for path, func in zip(sys.argv[1::2], sys.argv[2::2]):
-    print("importing", path, file=sys.stderr, flush=True)
-    spec = importlib.util.spec_from_file_location("candidate_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, func, None)):
-        sys.exit(f"{path} does not define a callable '{func}'")
-"""
-
-
-def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isolation: str | None = None,
-                  probed_id: str | None = None) -> None:
-    """Raise CandidateError (with its label) if the harness breaks the contract.
-
-    The import probe runs the candidate's module-level code in the sandbox (evotrainer.sandbox.runner:
-    OS isolation where available, a scrubbed environment without credentials, rlimits, the audit hook).
-    ``probed_id``: the harness id an earlier check of this same candidate probed (validate() records it);
-    when the files still hash to it the sandboxed probe (a process start, ~1-3 s) is not repeated.
-    """
-    from evotrainer.sandbox.runner import Limits, SandboxError, run_isolated, sandbox_dirs
-
-    harness_dir = Path(harness_dir).resolve()
-    try:
-        check_layout(harness_dir)
-        load_recipe(harness_dir)
-        load_env(harness_dir)
-    except HarnessError as err:
-        raise CandidateError(str(err), err.label) from err
-    if probed_id is not None and harness_id(harness_dir) == probed_id:
-        return
-    for name in REQUIRED_FUNCTIONS:
-        path = harness_dir / name
-        source = path.read_bytes()
-        try:
-            ast.parse(source.decode("utf-8"), filename=str(path))
-        except (SyntaxError, UnicodeDecodeError) as err:
-            raise CandidateError(f"{path}: does not parse: {err}", "syntax_error") from err
-    try:
-        with sandbox_dirs(harness_dir) as (work, staged):
-            probe = [arg for name, func in REQUIRED_FUNCTIONS.items() for arg in (str(staged / name), func)]
-            try:
-                result = run_isolated([sys.executable, "-I", "-c", _IMPORT_PROBE, *probe], workdir=work,
-                                      readable=[staged], limits=Limits(timeout_s=import_timeout_s),
-                                      isolation=isolation)
-            except SandboxError as err:
-                raise CandidateError(f"{harness_dir}: import did not finish within {import_timeout_s:.0f} s",
-                                     err.label) from err
-            lines = [line.replace(str(staged), str(harness_dir)) for line in result.stderr.strip().splitlines()]
-    except SandboxError as err:  # a symlinked harness file
-        raise CandidateError(str(err), "forbidden_path") from err
-    if result.returncode != 0:
-        started = [line.split(" ", 1)[1] for line in lines if line.startswith("importing ")]
-        where = started[-1] if started else str(harness_dir)
-        label = "sandbox_violation" if any("SandboxViolation" in line for line in lines[-3:]) else "import_error"
-        raise CandidateError(f"{where}: import failed: {(lines or ['(no output)'])[-1]}", label)
-
-
-def validate(harness_dir: str | Path, diff_text: str) -> dict:
-    """Apply and check in a scratch directory; returns {"ok", "failure_label", "error", "files"}."""
-    with tempfile.TemporaryDirectory(prefix="evotrainer-candidate-") as scratch:
-        try:
-            files = touched_files(diff_text) if diff_text.strip() else []
-            applied = apply_diff(harness_dir, diff_text, Path(scratch) / "harness")
-            check_harness(applied)
-            applied_id = harness_id(applied)
-        except CandidateError as err:
-            return {"ok": False, "failure_label": err.label, "error": str(err), "files": []}
-    return {"ok": True, "failure_label": None, "error": None, "files": files, "harness_id": applied_id}

@@ -16,23 +16,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evotrainer.atomic import write_parquet
-from evotrainer.contracts.turns import TERMINATIONS
 
 # 2.0: difficulty is generic; failure_category, task_fields, termination
 # 2.1: multi-turn invalid_actions, env_reward, turn_credit; termination context_limit; the per-turn table
 #      (contracts.turns, with turn_reward) is part of the contract
 SCHEMA_VERSION = "2.1"
 COMPONENT_PREFIX = "rc_"
+# the values of the ``termination`` column, how a multi-turn episode ended. submitted: the model called
+# submit (the environment's verdict decides); max_turns: the turn limit hit; invalid_action: too many invalid
+# actions in a row; timeout: the episode's wall-clock budget ran out; context_limit: the conversation outgrew
+# the policy's context (the rollout stopped it, not the environment)
+TERMINATIONS = ("submitted", "max_turns", "invalid_action", "timeout", "context_limit")
+
+# where a sampled response sits in a run: the key of an evidence row, and of a per-turn row with its turn
+ROW_KEY = [
+    ("run", pa.string()),
+    ("generation", pa.int64()),
+    ("split", pa.string()),
+    ("step", pa.int64()),
+    ("prompt_id", pa.string()),
+    ("group_id", pa.string()),
+    ("sample_idx", pa.int64()),
+]
 
 REQUIRED = pa.schema(
     [
-        ("run", pa.string()),
-        ("generation", pa.int64()),
-        ("split", pa.string()),
-        ("step", pa.int64()),
-        ("prompt_id", pa.string()),
-        ("group_id", pa.string()),
-        ("sample_idx", pa.int64()),
+        *ROW_KEY,
         ("data_source", pa.string()),
         ("prompt", pa.string()),
         ("response", pa.string()),
@@ -61,7 +70,7 @@ OPTIONAL = pa.schema(
         # own fields as a JSON object (code: passed/total tests; agentic: per-episode statistics)
         ("failure_category", pa.string()),
         ("task_fields", pa.string()),
-        # multi-turn episodes: how it ended, one of turns.TERMINATIONS (submitted | max_turns | invalid_action |
+        # multi-turn episodes: how it ended, one of TERMINATIONS (submitted | max_turns | invalid_action |
         # timeout | context_limit)
         ("termination", pa.string()),
         ("invalid_actions", pa.int64()),  # multi-turn: model turns that were not a valid tool call

@@ -5,6 +5,7 @@ stage that needs earlier generations reads their files, declared as its inputs."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -98,3 +99,31 @@ def merge(parts: list[str], out: str) -> None:
     """The run's lineage.parquet from its generation files (rule `lineage`)."""
     table = read(list(parts))
     write_parquet(out, pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False))
+
+
+# the backtests' compute records (the ``compute`` column, JSON) and their sums per arm of a run
+COMPUTE_KEYS = ("optimizer_steps", "sampled_responses", "generated_tokens", "prompt_tokens", "trained_tokens",
+                "eval_responses", "eval_generated_tokens", "train_wall_s", "eval_wall_s", "train_cpu_s")
+
+
+def add_compute(records) -> dict:
+    """The sum of several compute records (each a dict or a JSON string; missing keys count 0)."""
+    total = dict.fromkeys(COMPUTE_KEYS, 0)
+    for record in records:
+        if isinstance(record, str):
+            record = json.loads(record)
+        for key in COMPUTE_KEYS:
+            total[key] += (record or {}).get(key) or 0
+    return total
+
+
+def arm_compute(table, baseline_metrics: dict | None, matched_metrics: dict | None = None) -> dict:
+    """Compute per arm, from the lineage's per-backtest records and the baselines' metrics."""
+    promoted = table[table["verdict"].isin(["promoted", "kept"])]
+    arms = {"promoted_path": add_compute(c for c in promoted["compute"] if isinstance(c, str)),
+            "whole_search": add_compute(c for c in table["compute"] if isinstance(c, str))}
+    if baseline_metrics is not None:
+        arms["baseline"] = add_compute([baseline_metrics.get("compute")])
+    if matched_metrics is not None:
+        arms["baseline_matched"] = add_compute([matched_metrics.get("compute")])
+    return arms

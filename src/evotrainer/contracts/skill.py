@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from evotrainer.atomic import read_json, write_json, write_parquet
+from evotrainer.layout import RunLayout
 
 SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}
 GENERAL_AFTER_DOMAINS = 2
@@ -295,7 +296,7 @@ def write_outcomes_table(store: str | Path) -> Path:
 
 def stores(cfg, run_dir: str | Path) -> list[Path]:
     """Where a run reads skills from: its own store, then the cross-run library."""
-    return [Path(run_dir) / "skills", Path(library_dir(cfg))]
+    return [RunLayout(run_dir).skills, Path(library_dir(cfg))]
 
 
 def library_dir(cfg) -> str:

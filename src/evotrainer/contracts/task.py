@@ -88,7 +88,7 @@ class Task(ABC):
         return [self.verify(r, gt, md) for r, gt, md in zip(responses, ground_truths, metadatas, strict=True)]
 
     def interventions(self) -> tuple:
-        """The domain's harness interventions for the offline agent (evotrainer.agents.heuristic.Intervention
+        """The domain's harness interventions for the offline agent (evotrainer.contracts.intervention.Intervention
         records), tried after the generic catalogue (default: none)."""
         return ()
 

@@ -13,7 +13,7 @@ Columns (``TURN_SCHEMA``): the evidence row's ids, then
 - ``turn_reward``: the harness reward's turn-level credit on this turn (its ``turn_rewards`` entry,
   added to the turn's token advantages in training; 0.0 where the reward gave none).
 
-``TERMINATIONS`` are the values of the evidence's ``termination`` column: how an episode ended.
+How an episode ended is the evidence row's ``termination`` column (``evidence.TERMINATIONS``).
 """
 
 from __future__ import annotations
@@ -24,20 +24,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-# submitted: the model called submit (the environment's verdict decides); max_turns: the turn limit hit;
-# invalid_action: too many invalid actions in a row; timeout: the episode's wall-clock budget ran out;
-# context_limit: the conversation outgrew the policy's context (the rollout stopped it, not the environment)
-TERMINATIONS = ("submitted", "max_turns", "invalid_action", "timeout", "context_limit")
+from evotrainer.atomic import write_parquet
+from evotrainer.contracts.evidence import ROW_KEY, SCHEMA_VERSION
 
 TURN_SCHEMA = pa.schema(
     [
-        ("run", pa.string()),
-        ("generation", pa.int64()),
-        ("split", pa.string()),
-        ("step", pa.int64()),
-        ("prompt_id", pa.string()),
-        ("group_id", pa.string()),
-        ("sample_idx", pa.int64()),
+        *ROW_KEY,
         ("episode_id", pa.string()),
         ("turn", pa.int64()),
         ("action", pa.string()),
@@ -90,8 +82,6 @@ def validate_turns(frame: pd.DataFrame, where: str = "turns") -> pd.DataFrame:
 
 def to_table(frame: pd.DataFrame, where: str = "turns") -> pa.Table:
     """The validated table, with the evidence schema version in its metadata."""
-    from evotrainer.contracts.evidence import SCHEMA_VERSION
-
     frame = validate_turns(frame, where)
     schema = TURN_SCHEMA.with_metadata({b"evotrainer.evidence_schema": SCHEMA_VERSION.encode()})
     return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
@@ -99,6 +89,9 @@ def to_table(frame: pd.DataFrame, where: str = "turns") -> pa.Table:
 
 def write(frame: pd.DataFrame, path: str | Path) -> None:
     """Validate and write a per-turn table (atomically, like the evidence)."""
-    from evotrainer.atomic import write_parquet
-
     write_parquet(path, to_table(frame, where=str(path)))
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    """A per-turn table, checked against the schema."""
+    return validate_turns(pd.read_parquet(path), where=str(path))

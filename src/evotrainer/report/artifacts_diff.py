@@ -11,15 +11,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from evotrainer.layout import RunLayout
+
 # columns/keys that record when or where, not what
 VOLATILE = {"wall_time", "wall_time_s", "sample_time_s", "train_wall_s", "eval_wall_s", "train_sample_s", "wall_s",
             "recorded_at", "policy_id", "policy", "run", "error", "train_cpu_s", "train_max_rss_mb", "compute",
             "evidence"}
-PARQUET_GLOBS = ("data/*.parquet", "gen*/rollouts.parquet", "gen*/diagnostics.parquet", "gen*/backtest/*/train_log.parquet",
-                 "gen*/backtest/*/val_rollouts.parquet", "gen*/backtest/*/exit_rollouts.parquet", "baseline/train_log.parquet",
-                 "baseline/val_rollouts.parquet", "eval/*/test_rollouts.parquet", "lineage.parquet", "init/sft_log.parquet")
-JSON_GLOBS = ("gen*/selection.json", "gen*/backtest/*/metrics.json", "baseline/metrics.json", "eval/*/test_metrics.json",
-              "init/metrics.json", "summary.json", "gen*/replay/*.json", "gen*/candidates/*/proposal.json")
+# the compared files: run layout entries (evotrainer.layout) as globs under the run folder
+PARQUET_GLOBS = tuple(RunLayout.glob(key, **fields) for key, fields in (
+    ("split", {}), ("rollouts", {}), ("diagnostics", {}), ("backtest_train_log", {}), ("backtest_val_rollouts", {}),
+    ("backtest_exit_rollouts", {}), ("baseline_train_log", {"arm": "baseline"}),
+    ("baseline_val_rollouts", {"arm": "baseline"}), ("test_rollouts", {}), ("lineage", {}), ("init_sft_log", {})))
+JSON_GLOBS = tuple(RunLayout.glob(key, **fields) for key, fields in (
+    ("selection", {}), ("backtest_metrics", {}), ("baseline_metrics", {"arm": "baseline"}), ("test_metrics", {}),
+    ("init_metrics", {}), ("summary", {}), ("replay", {}), ("proposal", {})))
 
 
 def _frame_diff(a: pd.DataFrame, b: pd.DataFrame, tolerance: float) -> list[str]:

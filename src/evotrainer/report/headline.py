@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from scipy.stats import bootstrap, trim_mean  # noqa: E402
 
 from evotrainer.atomic import atomic_path, write_json  # noqa: E402
+from evotrainer.layout import RunLayout, arm_run  # noqa: E402
 
 GOAL_POINTS = 0.05
 
@@ -82,7 +83,7 @@ def _resampled_means(values: np.ndarray, n_resamples: int, rng: np.random.Genera
 
 def per_prompt_correct(run_dir: Path, arm: str) -> pd.Series | None:
     """Correctness per test prompt (mean over its samples) of an arm of a run, None where not on disk."""
-    path = run_dir / "eval" / arm / "test_rollouts.parquet"
+    path = RunLayout(run_dir).test_rollouts(arm)
     if not path.exists():
         return None
     frame = pd.read_parquet(path, columns=["prompt_id", "correct"])
@@ -104,7 +105,7 @@ def _skill_library(summary: Path) -> str | None:
     """The skill library the run learnt from (its config.yaml beside summary.json), None without skills."""
     import yaml
 
-    config = summary.parent / "config.yaml"
+    config = RunLayout(summary.parent).config
     if not config.exists():
         return None
     cfg = yaml.safe_load(config.read_text()) or {}
@@ -158,7 +159,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     if missing:
         raise ValueError(f"runs {missing} have no baseline arm; the headline needs search.baseline=true")
     by_run = {s["run"]: s for s in (json.loads(Path(p).read_text()) for p in arm_summaries or [])}
-    arm_dirs = {json.loads(Path(p).read_text())["run"]: Path(p).parent for p in arm_summaries or []}
+    arm_dirs = {json.loads(Path(p).read_text())["run"]: Path(p).parent for p in arm_summaries or []}  # run folders
     seed_dirs = [Path(p).parent for p in summaries]
     correct = {"evolved": [per_prompt_correct(d, "evolved") for d in seed_dirs],
                "baseline": [per_prompt_correct(d, "baseline") for d in seed_dirs],
@@ -166,7 +167,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
                              "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows]}
     for arm in ("search_control", "random"):
-        found = [by_run.get(f"{r['run']}-{arm}") for r in rows]
+        found = [by_run.get(arm_run(r["run"], arm)) for r in rows]
         if any(found):
             missing = [r["run"] for r, s in zip(rows, found, strict=True) if s is None]
             if missing:

@@ -19,9 +19,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from evotrainer.agents import calls as agent_calls  # noqa: E402
 from evotrainer.atomic import atomic_path, write_text  # noqa: E402
+from evotrainer.contracts import agent_calls  # noqa: E402
 from evotrainer.contracts import lineage as lineage_contract  # noqa: E402
+from evotrainer.layout import RunLayout  # noqa: E402
 
 SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "compute", "agent-cost")
 VERDICT_COLOURS = {"promoted": "#2e7d32", "kept": "#1565c0", "rejected": "#9e9e9e", "failed": "#c62828",
@@ -38,19 +39,20 @@ def _read_json(path: Path) -> dict | None:
 class RunData:
     def __init__(self, run_dir: Path):
         self.dir = run_dir
-        self.init = _read_json(run_dir / "init" / "metrics.json") or {}
-        gens = sorted(int(p.name[3:]) for p in run_dir.glob("gen*") if (p / "selection.json").exists())
-        self.selections = [_read_json(run_dir / f"gen{g}" / "selection.json") for g in gens]
+        self.layout = layout = RunLayout(run_dir)
+        self.init = _read_json(layout.init_metrics) or {}
+        gens = [g for g in layout.generations() if layout.gen(g).selection.exists()]
+        self.selections = [_read_json(layout.gen(g).selection) for g in gens]
         self.generations = gens
-        self.lineage = lineage_contract.read(run_dir / "lineage.parquet")
-        self.baseline = _read_json(run_dir / "baseline" / "metrics.json")
-        self.evolved_test = _read_json(run_dir / "eval" / "evolved" / "test_metrics.json")
-        self.baseline_test = _read_json(run_dir / "eval" / "baseline" / "test_metrics.json")
-        self.matched = _read_json(run_dir / "baseline_matched" / "metrics.json")
-        self.matched_test = _read_json(run_dir / "eval" / "baseline_matched" / "test_metrics.json")
+        self.lineage = lineage_contract.read(layout.lineage)
+        self.baseline = _read_json(layout.baseline("baseline").metrics)
+        self.evolved_test = _read_json(layout.test_metrics("evolved"))
+        self.baseline_test = _read_json(layout.test_metrics("baseline"))
+        self.matched = _read_json(layout.baseline("baseline_matched").metrics)
+        self.matched_test = _read_json(layout.test_metrics("baseline_matched"))
 
     def train_log(self, g: int, cid: str) -> pd.DataFrame | None:
-        path = self.dir / f"gen{g}" / "backtest" / cid / "train_log.parquet"
+        path = self.layout.gen(g).backtest(cid).train_log
         return pd.read_parquet(path) if path.exists() else None
 
     def evolved_curve(self) -> pd.DataFrame:
@@ -64,7 +66,7 @@ class RunData:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def findings(self) -> pd.DataFrame:
-        frames = [pd.read_parquet(p) for p in sorted(self.dir.glob("gen*/diagnostics.parquet"))]
+        frames = [pd.read_parquet(p) for p in self.layout.find("diagnostics")]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -96,7 +98,8 @@ def plot_val_per_generation(data: RunData) -> bytes:
 
 def plot_training_curves(data: RunData) -> bytes:
     evolved = data.evolved_curve()
-    baseline = pd.read_parquet(data.dir / "baseline" / "train_log.parquet") if (data.dir / "baseline" / "train_log.parquet").exists() else None
+    baseline_log = data.layout.baseline("baseline").train_log
+    baseline = pd.read_parquet(baseline_log) if baseline_log.exists() else None
     fig, axes = plt.subplots(2, 3, figsize=(12, 5.5), sharex=True)
     window = max(1, len(evolved) // 60) if len(evolved) else 1
     for ax, (column, title) in zip(axes.ravel(), CURVES, strict=True):
@@ -176,7 +179,7 @@ def plot_findings_heatmap(data: RunData) -> bytes:
 
 def test_difference(data: RunData) -> dict | None:
     """Paired bootstrap (scipy) over test prompts of evolved minus baseline correctness."""
-    a, b = data.dir / "eval" / "evolved" / "test_rollouts.parquet", data.dir / "eval" / "baseline" / "test_rollouts.parquet"
+    a, b = data.layout.test_rollouts("evolved"), data.layout.test_rollouts("baseline")
     if not (a.exists() and b.exists()):
         return None
     from scipy.stats import bootstrap
@@ -217,9 +220,7 @@ def compute_per_arm(data: RunData) -> pd.DataFrame:
     """What each arm cost (from the lineage's per-backtest records and the baseline's metrics), beside the
     accuracy it bought: the promoted path (backtests whose policies were carried on), the whole search
     (every backtest: candidates, controls, extra seeds) and the baseline."""
-    from evotrainer.stages.summary import arm_compute
-
-    arms = arm_compute(data.lineage, data.baseline, data.matched) if len(data.lineage) else {}
+    arms = lineage_contract.arm_compute(data.lineage, data.baseline, data.matched) if len(data.lineage) else {}
     accuracy = {"promoted_path": (data.evolved_test or {}).get("test_accuracy"), "whole_search": None,
                 "baseline": (data.baseline_test or {}).get("test_accuracy"),
                 "baseline_matched": (data.matched_test or {}).get("test_accuracy")}
@@ -290,7 +291,7 @@ def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | N
                 tmp.write_bytes(png)
     lineage_cols = ["generation", "candidate_id", "intervention", "hypothesis", "val_accuracy", "delta_vs_control",
                     "verdict", "failure_label"]
-    agent = agent_calls.summarize(data.dir)  # every gen*/candidates/agent_calls.parquet
+    agent = agent_calls.summarize(data.dir)  # every gen<g>/candidates/agent_calls.parquet
     if agent["calls"]:
         agent_html = (f"<p>{agent['calls']} API call(s) ({html.escape(', '.join(agent['models']))}), "
                       f"{agent['failed_calls']} failed; {agent['input_tokens'] + agent['cache_read_tokens'] + agent['cache_creation_tokens']}"

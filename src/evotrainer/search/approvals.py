@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evotrainer.atomic import read_json, write_json, write_text
+from evotrainer.layout import RunLayout, generation_dir
 
 STAGES = ("diagnosis", "propose", "backtest", "select")
 ALIASES = {"diagnose": "diagnosis", "proposal": "propose", "proposals": "propose", "selection": "select"}
@@ -45,9 +46,9 @@ REVIEW = {
     "backtest": "backtest/*/metrics.json (and replay/)",
     "select": "selection.json (and skills.json, ../lineage.parquet)",
 }
-# generation outputs a revise deletes so Snakemake redoes them
-DIAGNOSIS_OUTPUTS = ("diagnostics.parquet", "diagnosis.json", "diagnosis.md")
-PROPOSAL_OUTPUTS = ("candidates", "replay", "backtest", "selection.json", "skills.json")
+# generation outputs a revise deletes so Snakemake redoes them (run layout entries, evotrainer.layout)
+DIAGNOSIS_OUTPUTS = ("diagnostics", "diagnosis", "diagnosis_md")
+PROPOSAL_OUTPUTS = ("candidates", "replays", "backtests", "selection", "gen_skills")
 
 
 class GateError(RuntimeError):
@@ -63,7 +64,7 @@ def stage_name(stage: str) -> str:
 
 
 def approvals_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "approvals"
+    return RunLayout(run_dir).approvals
 
 
 def _now() -> str:
@@ -72,31 +73,31 @@ def _now() -> str:
 
 def _record(run_dir: Path, decision: dict) -> dict:
     decision = {"at": _now(), "at_unix": time.time(), **decision}
-    log = approvals_dir(run_dir) / "decisions.jsonl"
+    log = RunLayout(run_dir).decisions
     previous = log.read_text(encoding="utf-8") if log.exists() else ""
     write_text(log, previous + json.dumps(decision) + "\n")
     return decision
 
 
 def decisions(run_dir: str | Path) -> list[dict]:
-    log = approvals_dir(run_dir) / "decisions.jsonl"
+    log = RunLayout(run_dir).decisions
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def latest(run_dir: str | Path, generation: int, stage: str) -> dict | None:
-    path = approvals_dir(run_dir) / f"gen{generation}_{stage}.json"
+    path = RunLayout(run_dir).approval(generation, stage)
     return read_json(path) if path.exists() else None
 
 
 def aborted(run_dir: str | Path) -> dict | None:
-    path = approvals_dir(run_dir) / "abort.json"
+    path = RunLayout(run_dir).abort
     return read_json(path) if path.exists() else None
 
 
 def pending(run_dir: str | Path) -> list[dict]:
-    folder = approvals_dir(run_dir) / "pending"
+    folder = RunLayout(run_dir).pending_approvals
     return [read_json(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
@@ -115,7 +116,7 @@ def required(gates_cfg, run_dir: str | Path, generation: int, stage: str) -> str
         return f"gates.after_{stage}=true"
     n = int(gates_cfg.after_failed_generations)
     if stage == "select" and n > 0 and generation + 1 >= n:
-        recent = [Path(run_dir) / f"gen{g}" / "selection.json" for g in range(generation - n + 1, generation + 1)]
+        recent = [RunLayout(run_dir).gen(g).selection for g in range(generation - n + 1, generation + 1)]
         if all(p.exists() and read_json(p)["promoted"] == "control" for p in recent):
             return (f"gates.after_failed_generations={n}: generations {generation - n + 1}..{generation} "
                     "promoted no candidate")
@@ -132,14 +133,15 @@ def commands(run: str, generation: int, stage: str, results: str) -> list[str]:
 def check(cfg, run_dir: str | Path, generation: int, stage: str) -> dict:
     """What the gate job does: returns the pass record, or raises GateError with the message to show."""
     run_dir, stage = Path(run_dir), stage_name(stage)
+    layout = RunLayout(run_dir)
     gate = f"after_{stage}"
     abort = aborted(run_dir)
     if abort:
         raise GateError(f"EvoTrainer: run '{cfg.run}' was aborted by {abort['by']} at {abort['at']}"
                         f"{': ' + abort['reason'] if abort.get('reason') else ''}. It stops at gate {gate} of "
-                        f"generation {generation}. To go on after all, delete {approvals_dir(run_dir) / 'abort.json'}.")
+                        f"generation {generation}. To go on after all, delete {layout.abort}.")
     reason = required(cfg.gates, run_dir, generation, stage)
-    marker = approvals_dir(run_dir) / "pending" / f"gen{generation}_{stage}.json"
+    marker = layout.pending_approval(generation, stage)
     if reason is None:
         return {"generation": generation, "stage": stage, "decision": "not_required"}
     decision = latest(run_dir, generation, stage)
@@ -149,12 +151,12 @@ def check(cfg, run_dir: str | Path, generation: int, stage: str) -> dict:
                 "by": decision["by"], "at": decision["at"]}
     cmds = commands(cfg.run, generation, stage, cfg.results_dir)
     write_json(marker, {"run": cfg.run, "generation": generation, "stage": stage, "gate": gate, "reason": reason,
-                        "since": _now(), "review": f"{run_dir}/gen{generation}/{REVIEW[stage]}", "commands": cmds,
+                        "since": _now(), "review": f"{layout.gen(generation).dir}/{REVIEW[stage]}", "commands": cmds,
                         "revised": bool(decision and decision["action"] == "revise")})
     again = " (revised; review the new outputs)" if decision and decision["action"] == "revise" else ""
     raise GateError(
         f"EvoTrainer: human gate {gate} stops run '{cfg.run}' at generation {generation}{again} ({reason}).\n"
-        f"  Review: {run_dir}/gen{generation}/{REVIEW[stage]}\n"
+        f"  Review: {layout.gen(generation).dir}/{REVIEW[stage]}\n"
         "  Then run one of:\n" + "".join(f"    {c}\n" for c in cmds)
         + "  and rerun the same snakemake command to continue."
     )
@@ -179,7 +181,7 @@ def run_gate(cfg, run_dir: str, generation: int, stage: str, out: str, log: str 
         return 1
     write_json(out, record)
     if log:
-        write_text(log, f"gate after_{record['stage']} gen{generation}: {record['decision']}\n")
+        write_text(log, f"gate after_{record['stage']} {generation_dir(generation)}: {record['decision']}\n")
     return 0
 
 
@@ -190,8 +192,8 @@ def approve(run_dir: str | Path, run: str, generation: int, stage: str, by: str 
     _check_generation(run_dir, generation)
     decision = _record(run_dir, {"action": "approve", "run": run, "generation": generation, "stage": stage,
                                  "by": by or getpass.getuser(), "feedback": None})
-    write_json(approvals_dir(run_dir) / f"gen{generation}_{stage}.json", decision)
-    (approvals_dir(run_dir) / "pending" / f"gen{generation}_{stage}.json").unlink(missing_ok=True)
+    write_json(RunLayout(run_dir).approval(generation, stage), decision)
+    RunLayout(run_dir).pending_approval(generation, stage).unlink(missing_ok=True)
     return decision
 
 
@@ -200,26 +202,28 @@ def revise(run_dir: str | Path, run: str, generation: int, stage: str, feedback:
     _check_generation(run_dir, generation)
     if not feedback.strip():
         raise GateError("revise needs feedback: say what the agent should do differently")
-    if (run_dir / f"gen{generation + 1}" / "policy").exists():
-        raise GateError(f"generation {generation} of run '{run}' is already promoted (gen{generation + 1}/policy "
+    layout = RunLayout(run_dir)
+    if layout.gen(generation + 1).policy.exists():
+        raise GateError(f"generation {generation} of run '{run}' is already promoted ({layout.relative('policy', g=generation + 1)} "
                         "exists); only a generation that has not moved on can be revised")
-    gen = run_dir / f"gen{generation}"
-    redo = list(PROPOSAL_OUTPUTS) + (list(DIAGNOSIS_OUTPUTS) if stage == "diagnosis" else [])
+    gen = layout.gen(generation)
+    outputs = [layout.path(key, g=generation) for key in
+               PROPOSAL_OUTPUTS + (DIAGNOSIS_OUTPUTS if stage == "diagnosis" else ())]
+    redo = [path.name for path in outputs]
     first = "diagnosis" if stage == "diagnosis" else "propose"
     decision = _record(run_dir, {"action": "revise", "run": run, "generation": generation, "stage": stage,
                                  "by": by or getpass.getuser(), "feedback": feedback, "reruns": redo})
-    for name in redo:
-        path = gen / name
+    for path in outputs:
         if path.is_dir():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
     # every gate from the rerun point on must be passed again
     for later in STAGES[STAGES.index(first):]:
-        (gen / "gates" / f"{later}.json").unlink(missing_ok=True)
-        if (approvals_dir(run_dir) / f"gen{generation}_{later}.json").exists() or later == stage:
-            write_json(approvals_dir(run_dir) / f"gen{generation}_{later}.json", decision)
-        (approvals_dir(run_dir) / "pending" / f"gen{generation}_{later}.json").unlink(missing_ok=True)
+        gen.gate(later).unlink(missing_ok=True)
+        if layout.approval(generation, later).exists() or later == stage:
+            write_json(layout.approval(generation, later), decision)
+        layout.pending_approval(generation, later).unlink(missing_ok=True)
     return decision
 
 
@@ -227,14 +231,15 @@ def abort(run_dir: str | Path, run: str, reason: str | None = None, by: str | No
     run_dir = Path(run_dir)
     decision = _record(run_dir, {"action": "abort", "run": run, "generation": None, "stage": None,
                                  "by": by or getpass.getuser(), "feedback": reason})
-    write_json(approvals_dir(run_dir) / "abort.json", decision | {"reason": reason})
-    shutil.rmtree(approvals_dir(run_dir) / "pending", ignore_errors=True)
+    write_json(RunLayout(run_dir).abort, decision | {"reason": reason})
+    shutil.rmtree(RunLayout(run_dir).pending_approvals, ignore_errors=True)
     return decision
 
 
 def _check_generation(run_dir: Path, generation: int) -> None:
-    if not (run_dir / f"gen{generation}").is_dir():
-        raise GateError(f"run {run_dir} has no generation {generation} (no {run_dir / f'gen{generation}'})")
+    folder = RunLayout(run_dir).gen(generation).dir
+    if not folder.is_dir():
+        raise GateError(f"run {run_dir} has no generation {generation} (no {folder})")
 
 
 def status_lines(run_dir: str | Path) -> list[str]:
@@ -250,6 +255,6 @@ def status_lines(run_dir: str | Path) -> list[str]:
     made = decisions(run_dir)
     if made:
         last = made[-1]
-        where = f" gen{last['generation']} {last['stage']}" if last["generation"] is not None else ""
+        where = f" {generation_dir(last['generation'])} {last['stage']}" if last["generation"] is not None else ""
         lines.append(f"human decisions: {len(made)}; last: {last['action']}{where} by {last['by']} at {last['at']}")
     return lines

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from evotrainer.contracts.findings import check_findings
 from evotrainer.contracts.harness import load_recipe
+from evotrainer.layout import RunLayout, generation_dir
 from evotrainer.sandbox.runner import Limits, SandboxError, run_tasks
 
 FLAGGING = ("warn", "critical")
@@ -57,8 +59,8 @@ def archived_branches(run_dir: str | Path, lineage: pd.DataFrame, before_generat
     branches = []
     earlier = lineage[lineage["generation"] < before_generation].sort_values(["generation", "candidate_id"])
     for row in earlier.itertuples():
-        folder = Path(run_dir) / f"gen{row.generation}" / "backtest" / row.candidate_id
-        evidence, train_log = folder / "exit_rollouts.parquet", folder / "train_log.parquet"
+        folder = RunLayout(run_dir).gen(row.generation).backtest(row.candidate_id)
+        evidence, train_log = folder.exit_rollouts, folder.train_log
         if not evidence.exists():
             continue  # failed before training, or a diagnostics candidate: nothing to look at
         delta = row.delta_vs_control
@@ -72,7 +74,7 @@ def archived_branches(run_dir: str | Path, lineage: pd.DataFrame, before_generat
         branches.append({"generation": int(row.generation), "candidate_id": row.candidate_id, "kind": kind,
                          "why": row.failure_label if row.verdict == "vetoed" else ("collapsed" if collapsed else row.verdict),
                          "evidence": str(evidence), "train_log": str(train_log) if train_log.exists() else None,
-                         "recipe": load_recipe(folder / "harness") if (folder / "harness").exists() else None})
+                         "recipe": load_recipe(folder.harness) if folder.harness.exists() else None})
     return branches
 
 
@@ -106,8 +108,6 @@ def backtest(parent_harness: str | Path, candidate_harness: str | Path, branches
     ``smoke`` is an unlabelled evidence set (the generation's own rollouts) the change must also run on,
     so a crash or a hang is caught even before any branch is archived.
     """
-    from evotrainer.stages.diagnose import check_findings
-
     sets = ([smoke] if smoke else []) + branches
     base = {"branches_bad": sum(b["kind"] == "bad" for b in branches),
             "branches_good": sum(b["kind"] == "good" for b in branches), "timeout_s": conf.timeout_s}
@@ -148,7 +148,7 @@ def backtest(parent_harness: str | Path, candidate_harness: str | Path, branches
     elif not bad:
         label, reason = "diagnostic_unverifiable", "no known-bad (vetoed or collapsed) branch archived yet to check against"
     elif recall < conf.min_bad_recall:
-        missed = [f"gen{b['generation']}/{b['candidate_id']}" for b in bad if not b["flagged"]]
+        missed = [f"{generation_dir(b['generation'])}/{b['candidate_id']}" for b in bad if not b["flagged"]]
         label, reason = "diagnostic_misses_bad", f"flags {recall:.0%} of known-bad branches; misses {missed}"
     return base | {"registered": label is None, "failure_label": label, "reason": reason or (
         f"flags {sum(b['flagged'] for b in bad)}/{len(bad)} known-bad and {sum(b['flagged'] for b in good)}/"

@@ -18,6 +18,7 @@ goes on. metrics.json is written last: its presence means every other file of th
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -30,8 +31,10 @@ from evotrainer import runtime
 from evotrainer.atomic import copy_tree, read_json, write_json, write_parquet
 from evotrainer.backends import TrainJob
 from evotrainer.contracts import evidence
-from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness
+from evotrainer.contracts.candidate import CandidateError, apply_diff
 from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.layout import TrainingRunLayout
+from evotrainer.sandbox.candidate_check import check_harness
 from evotrainer.stages.common import backtest_summary, config, read_split, task_of
 
 EXIT_PROMPTS = 64  # probe prompts sampled (x group size) from the trained policy as the branch's evidence
@@ -54,7 +57,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control.
     ``match_lineage`` (the equal-samples baseline): train until as many responses are sampled as the run's
     promoted path sampled per seed (read from that lineage), split evenly over the restarts."""
-    cfg = config(config_path)
+    cfg = config(config_path)  # the job's one load of the config: passed down to training and evaluation
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     proposal = read_json(Path(candidate_dir) / "proposal.json") if candidate_dir else {"candidate_id": "baseline"}
@@ -88,13 +91,13 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     fork = preload_training(cfg, threads)
     try:
         for seed_index in range(seeds):
-            seed_out = out if seed_index == 0 else out / f"seed{seed_index}"
+            seed_out = TrainingRunLayout(out).seed(seed_index).dir
             job = TrainJob(config=str(config_path), parent_policy=str(parent_policy), harness=str(out / "harness"),
                            data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
                            steps=steps, threads=threads, restarts=restarts,
                            seed_index=seed_index + int(proposal.get("seed_offset") or 0) * seeds,
                            **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps)))
-            usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork)
+            usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork, cfg=cfg)
             per_seed.append(evaluate_backtest(cfg, job, split_name, usage))
     except TrainingFailed as err:
         return failed(err.label, str(err))
@@ -128,26 +131,27 @@ def matched_budget(cfg, lineage_path: str) -> dict:
     """What the promoted path sampled per training seed (its backtests' compute records): generated tokens
     when the search budgets tokens, else sampled responses."""
     from evotrainer.contracts import lineage
-    from evotrainer.stages.summary import arm_compute
 
     unit, key = ("tokens", "generated_tokens") if cfg.search.budget_unit == "tokens" else ("responses", "sampled_responses")
-    spent = arm_compute(lineage.read(lineage_path), None)["promoted_path"][key]
+    spent = lineage.arm_compute(lineage.read(lineage_path), None)["promoted_path"][key]
     if spent <= 0:
         raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
     return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}
 
 
-def supervise(job: TrainJob, hang_s: float, fork: bool = False) -> dict:
+def supervise(job: TrainJob, hang_s: float, fork: bool = False, cfg=None) -> dict:
     """Run the training child (stage `train`) and watch it; returns its resource usage, raises TrainingFailed.
     ``fork``: the child is forked from this process, which has already imported torch, transformers and
     the local trainer (``preload_training``), instead of exec'ing a new interpreter that imports them
     again (~9 s of CPU per backtest on the default CPU machine); it is still a process of its own, in a
-    session of its own, watched the same way."""
+    session of its own, watched the same way. A forked child gets ``cfg`` (the stage's loaded config) as it
+    is; an exec'ed one loads ``job.config`` once itself."""
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     job.to_json(out / "train_job.json")
     if fork:
-        return supervise_start(lambda log: _fork(train_child, str(out / "train_job.json"), log), out, hang_s)
+        entry = functools.partial(train_child, cfg=cfg)
+        return supervise_start(lambda log: _fork(entry, str(out / "train_job.json"), log), out, hang_s)
     return supervise_command([sys.executable, "-m", "evotrainer.cli", "stage", "train", "--job", str(out / "train_job.json")],
                              out, hang_s)
 
@@ -265,7 +269,7 @@ def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
     import pandas as pd
     import torch
 
-    from evotrainer.backends.local.scoring import evidence_rows, greedy_rollouts, sample_and_score
+    from evotrainer.backends.local.rollouts import evidence_rows, greedy_rollouts, sample_and_score
     from evotrainer.policy.tiny import load_policy
     from evotrainer.sandbox.harness_code import harness_reward
 
@@ -345,14 +349,14 @@ def _evaluate_episodes(cfg, job: TrainJob, split_name: str, task, recipe: dict, 
     return val_frame
 
 
-def train_child(job_path: str) -> int:
+def train_child(job_path: str, cfg=None) -> int:
     """Stage `train` (the supervised child): the backend trains with the sandboxed reward and curriculum
     and writes train_log.parquet, policy/ and train_result.json; a sandbox failure keeps its label."""
     from evotrainer import backends
     from evotrainer.sandbox.harness_code import curriculum_weights, harness_reward
 
     job = TrainJob.from_json(job_path)
-    cfg = config(job.config)
+    cfg = config(job.config) if cfg is None else cfg  # forked from the stage: its config, not loaded again
     out = Path(job.out)
     try:
         task = task_of(cfg)
@@ -362,9 +366,9 @@ def train_child(job_path: str) -> int:
         trainer = backends.trainer(cfg.trainer.name)
         if cfg.trainer.name == "local":
             with harness_reward(job.harness, cfg.sandbox) as reward:
-                log = trainer(job, reward=reward, task=task, weights=weights)
+                log = trainer(job, reward=reward, task=task, weights=weights, cfg=cfg)
         else:  # verl loads its own trusted shim, which starts the sandboxed worker in verl's processes
-            log = trainer(job, reward=None, task=task, weights=weights)
+            log = trainer(job, reward=None, task=task, weights=weights, cfg=cfg)
         write_parquet(out / "train_log.parquet", log)
     except Exception as err:
         label = getattr(err, "label", None) or "train_crash"

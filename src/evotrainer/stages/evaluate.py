@@ -41,7 +41,7 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
                                             batch_size=cfg.rollout.eval_batch_size, env_workers=threads, **ids)
             turns_contract.write(turns, Path(out_rollouts).with_name(Path(out_rollouts).stem + "_turns.parquet"))
         else:
-            from evotrainer.backends.local.scoring import greedy_rollouts
+            from evotrainer.backends.local.rollouts import greedy_rollouts
 
             frame = greedy_rollouts(
                 model, tokenizer, read_split(test_path), task=task, reward=reward, max_len=recipe["max_response_len"],

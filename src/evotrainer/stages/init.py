@@ -13,8 +13,9 @@ import pandas as pd
 
 from evotrainer import runtime
 from evotrainer.atomic import atomic_dir, atomic_path, copy_tree, write_json, write_parquet
-from evotrainer.contracts.candidate import check_harness
 from evotrainer.contracts.harness import load_recipe
+from evotrainer.layout import RunLayout
+from evotrainer.sandbox.candidate_check import check_harness
 from evotrainer.stages.common import config, read_split, task_of
 
 
@@ -22,7 +23,7 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
         threads: int = 1) -> None:
     cfg = config(config_path)
     device = runtime.setup_torch(threads, cfg.trainer.device)
-    from evotrainer.backends.local.scoring import greedy_accuracy
+    from evotrainer.backends.local.rollouts import greedy_accuracy
     from evotrainer.backends.local.sft import sft_frame, warm_start
     from evotrainer.policy.build import make_policy
 
@@ -102,8 +103,10 @@ def _init_multi_turn(cfg, task, initial_harness: Path, device, data_dir: str, ou
                    out_policy, out_harness, out_sft_log, out_metrics)
 
 
-SHARED_START = ("data/train.parquet", "data/val.parquet", "data/probe.parquet", "gen0/policy", "gen0/harness",
-                "init/sft_log.parquet", "init/metrics.json")
+# what share copies, relative to the run folder (init/metrics.json last)
+SHARED_START = (*(RunLayout.relative("split", split=split) for split in ("train", "val", "probe")),
+                RunLayout.relative("policy", g=0), RunLayout.relative("harness", g=0),
+                RunLayout.relative("init_sft_log"), RunLayout.relative("init_metrics"))
 
 
 def share(source_run_dir: str, run_dir: str) -> None:

@@ -12,13 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from evotrainer.agents import ProposalContext, make_agent
-from evotrainer.agents import calls as agent_calls
 from evotrainer.atomic import atomic_dir, read_json
-from evotrainer.contracts import lineage
+from evotrainer.contracts import agent_calls, lineage
 from evotrainer.contracts import skill as skills
-from evotrainer.contracts.candidate import CONTROL, Proposal, validate
+from evotrainer.contracts.candidate import CONTROL, Proposal
 from evotrainer.contracts.harness import harness_id
+from evotrainer.layout import RunLayout
 from evotrainer.runtime import diff_hash
+from evotrainer.sandbox.candidate_check import validate
 from evotrainer.search import approvals
 from evotrainer.secrets import redact
 from evotrainer.stages.common import config, task_of
@@ -28,20 +29,21 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
         generation: int) -> None:
     """``lineage_parts``: the lineage files of the earlier generations (a path, a list, or None for gen 0)."""
     cfg = config(config_path)
+    run_layout = RunLayout.of(out_dir)  # out_dir is the run's gen<g>/candidates
     diagnosis = read_json(diagnosis_json)
     context = ProposalContext(
         generation=generation, harness_dir=Path(harness_dir), harness_id=harness_id(harness_dir),
         findings=diagnosis["findings"], lineage=lineage.read(lineage_parts or []),
-        feedback=approvals.feedback_for(Path(out_dir).parents[1], generation),  # from `evotrainer revise`
+        feedback=approvals.feedback_for(run_layout.root, generation),  # from `evotrainer revise`
     )
     # every skill that matches this diagnosis (this run's and the cross-run library's), best first
     context.extra["interventions"] = task_of(cfg).interventions()  # the domain's own catalogue (code, ...)
-    context.extra["skills_dirs"] = skills.stores(cfg, Path(out_dir).parents[1]) if cfg.skills.enabled else []
+    context.extra["skills_dirs"] = skills.stores(cfg, run_layout.root) if cfg.skills.enabled else []
     context.extra["skills"] = skills.retrieve(context.extra["skills_dirs"], _severities(diagnosis["findings"]),
                                               k=None, min_similarity=cfg.skills.min_similarity)
-    gen_dir = Path(diagnosis_json).parent  # what LLM agents' tools may read (evotrainer.agents.tools)
-    context.extra.update(run=cfg.run, run_dir=Path(out_dir).resolve().parents[1], rollouts=gen_dir / "rollouts.parquet",
-                         diagnostics=gen_dir / "diagnostics.parquet")
+    gen = run_layout.gen(generation)  # what LLM agents' tools may read (evotrainer.agents.tools)
+    context.extra.update(run=cfg.run, run_dir=RunLayout.of(Path(out_dir).resolve()).root, rollouts=gen.rollouts,
+                         diagnostics=gen.diagnostics)
     agent = make_agent(cfg.agent)
     try:
         narrative = agent.narrate(context)

@@ -20,11 +20,13 @@ import numpy as np
 
 from evotrainer.atomic import read_json, write_json
 from evotrainer.contracts import evidence, lineage
+from evotrainer.contracts import turns as turns_contract
 from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import load_recipe
-from evotrainer.contracts.reward_rows import overlong_penalty, reward_rows_from_evidence
+from evotrainer.layout import RunLayout
 from evotrainer.sandbox.harness_code import harness_reward
 from evotrainer.sandbox.runner import SandboxError, run_tasks
+from evotrainer.scoring import rescore
 from evotrainer.search.diagnostic_backtest import (
     DiagnosticBacktestConf,
     archived_branches,
@@ -39,8 +41,11 @@ MIN_KEPT_FRACTION = 0.10
 
 
 
-def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str, pool_path: str, out: str,
-        generation: int, processes: int = 1, lineage_parts: list[str] | None = None) -> None:
+def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str, candidate_dir: str, pool_path: str,
+        out: str, generation: int, processes: int = 1, lineage_parts: list[str] | None = None,
+        turns_path: str | None = None) -> None:
+    """``prompts_path``: the split the rollouts were sampled from (each row's metadata enters the reward row
+    as in training); ``turns_path``: the generation's per-turn table (multi-turn tasks)."""
     cfg = config(config_path)
     proposal = read_json(Path(candidate_dir) / "proposal.json")
     base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"]}
@@ -52,6 +57,8 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
         write_json(out, base | diagnostic_replay(cfg, rollouts, parent_harness, candidate_dir, generation, lineage_parts))
         return
     ev = evidence.read(rollouts)
+    prompts = read_split(prompts_path)
+    turns = turns_contract.read(turns_path) if turns_path else None
     pool = read_split(pool_path)
     diff = (Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
     with tempfile.TemporaryDirectory(prefix="evotrainer-replay-") as scratch:
@@ -59,10 +66,7 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
             harness = apply_diff(parent_harness, diff, Path(scratch) / "harness")
             recipe = load_recipe(harness)
             with harness_reward(harness, cfg.sandbox) as reward:
-                scores, _ = reward.score(reward_rows_from_evidence(ev))
-            rescored = ev.assign(reward=scores + overlong_penalty(
-                ev["response_tokens"].to_numpy(), recipe["max_response_len"], recipe["overlong_buffer"],
-                recipe["overlong_penalty"]))
+                rescored = ev.assign(reward=rescore(ev, prompts, reward, recipe=recipe, turns=turns).rewards)
             result = run_tasks(harness, ["weights", "diagnose"], {"pool": pool, "evidence": rescored, "recipe": recipe})
         except (CandidateError, SandboxError) as err:
             write_json(out, base | {"status": "rejected", "failure_label": err.label, "reason": str(err)})
@@ -104,7 +108,7 @@ def run(config_path: str, rollouts: str, parent_harness: str, candidate_dir: str
 def diagnostic_replay(cfg, rollouts: str, parent_harness: str, candidate_dir: str, generation: int,
                       lineage_parts: list[str] | None) -> dict:
     """Backtest a diagnostics-only candidate on the archived evidence of the run's earlier branches."""
-    run_dir = Path(rollouts).resolve().parents[1]
+    run_dir = RunLayout.of(Path(rollouts).resolve()).root  # the run the cached rollouts belong to
     conf = DiagnosticBacktestConf(**dict(cfg.search.diagnostics))
     branches = archived_branches(run_dir, lineage.read(lineage_parts or []), generation, conf.collapse_drop)
     diff = (Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")

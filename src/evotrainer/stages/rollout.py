@@ -52,7 +52,7 @@ def run(config_path: str, policy_dir: str, harness_dir: str, prompts_path: str, 
             device = runtime.setup_torch(threads, cfg.trainer.device)
             import torch
 
-            from evotrainer.backends.local.scoring import evidence_rows, sample_and_score
+            from evotrainer.backends.local.rollouts import evidence_rows, sample_and_score
             from evotrainer.policy.tiny import load_policy
 
             model, tokenizer = load_policy(policy_dir, device)

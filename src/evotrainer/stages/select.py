@@ -14,6 +14,7 @@ from evotrainer.atomic import copy_tree, read_json, write_json
 from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.harness import harness_id
+from evotrainer.layout import TrainingRunLayout
 from evotrainer.stages.common import config, task_of
 
 
@@ -118,7 +119,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
 def _val_correct(backtest: Path, seeds: int) -> pd.Series:
     frames = []
     for s in range(seeds):
-        path = backtest / ("val_rollouts.parquet" if s == 0 else f"seed{s}/val_rollouts.parquet")
+        path = TrainingRunLayout(backtest).seed(s).val_rollouts
         frame = pd.read_parquet(path, columns=["prompt_id", "correct"])
         frames.append(frame.assign(key=f"{s}:" + frame["prompt_id"]).set_index("key")["correct"])
     return pd.concat(frames).astype(float)
@@ -143,19 +144,20 @@ def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence:
 
 def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:
     chosen_selection = read_json(selection)
-    chosen = Path(backtest_dir) / chosen_selection["promoted"]
-    copy_tree(chosen / "policy", out_policy)
+    chosen = TrainingRunLayout(Path(backtest_dir) / chosen_selection["promoted"])
+    copy_tree(chosen.policy, out_policy)
     registered = chosen_selection.get("registered_diagnostics", [])
     if not registered:
-        copy_tree(chosen / "harness", out_harness)
+        copy_tree(chosen.harness, out_harness)
     else:  # the winner's harness with every registered diagnostics change that still applies on top
         import tempfile
 
-        from evotrainer.contracts.candidate import CandidateError, apply_diff, check_harness
+        from evotrainer.contracts.candidate import CandidateError, apply_diff
+        from evotrainer.sandbox.candidate_check import check_harness
 
         with tempfile.TemporaryDirectory(prefix="evotrainer-promote-") as scratch:
             harness = Path(scratch) / "h0"
-            copy_tree(chosen / "harness", harness)
+            copy_tree(chosen.harness, harness)
             for i, item in enumerate(registered, 1):
                 try:
                     candidate = apply_diff(harness, item["diff"], Path(scratch) / f"h{i}")
@@ -168,7 +170,7 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
     from evotrainer.atomic import atomic_path
 
     with atomic_path(out_train_log) as tmp:
-        tmp.write_bytes((chosen / "train_log.parquet").read_bytes())
+        tmp.write_bytes(chosen.train_log.read_bytes())
 
 
 def merge_lineage(parts: list[str], out: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from evotrainer.atomic import read_json, write_json
 from evotrainer.contracts import skill as skills
+from evotrainer.layout import RunLayout
 from evotrainer.stages.common import config
 
 
@@ -22,7 +23,7 @@ def run(config_path: str, run_dir: str, selection: str, diagnosis: str, candidat
     if cfg.skills.enabled:
         outcomes = skills.outcomes_of_generation(read_json(selection), read_json(diagnosis), candidates_dir, domain,
                                                  run_dir, cfg.skills.fail_margin)
-    own = Path(run_dir) / "skills"
+    own = RunLayout(run_dir).skills
     touched = skills.update(own, run_dir, generation, outcomes)
     skills.write_outcomes_table(own)
     library = Path(skills.library_dir(cfg))

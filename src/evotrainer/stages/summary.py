@@ -4,37 +4,10 @@ backtest, candidates and controls) and the baseline."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from evotrainer.atomic import read_json, write_json, write_text
 from evotrainer.contracts import lineage
-
-COMPUTE_KEYS = ("optimizer_steps", "sampled_responses", "generated_tokens", "prompt_tokens", "trained_tokens",
-                "eval_responses", "eval_generated_tokens", "train_wall_s", "eval_wall_s", "train_cpu_s")
-
-
-def add_compute(records) -> dict:
-    """The sum of several compute records (each a dict or a JSON string; missing keys count 0)."""
-    total = dict.fromkeys(COMPUTE_KEYS, 0)
-    for record in records:
-        if isinstance(record, str):
-            record = json.loads(record)
-        for key in COMPUTE_KEYS:
-            total[key] += (record or {}).get(key) or 0
-    return total
-
-
-def arm_compute(table, baseline_metrics: dict | None, matched_metrics: dict | None = None) -> dict:
-    """Compute per arm, from the lineage's per-backtest records and the baselines' metrics."""
-    promoted = table[table["verdict"].isin(["promoted", "kept"])]
-    arms = {"promoted_path": add_compute(c for c in promoted["compute"] if isinstance(c, str)),
-            "whole_search": add_compute(c for c in table["compute"] if isinstance(c, str))}
-    if baseline_metrics is not None:
-        arms["baseline"] = add_compute([baseline_metrics.get("compute")])
-    if matched_metrics is not None:
-        arms["baseline_matched"] = add_compute([matched_metrics.get("compute")])
-    return arms
 
 
 def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_test: str | None,
@@ -65,7 +38,7 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         "test_stderr": evolved.get("test_stderr"),
         "candidates_tried": int(len(table)),
         "verdicts": table["verdict"].value_counts().to_dict(),
-        "compute": arm_compute(table, baseline_record, matched_record) | {
+        "compute": lineage.arm_compute(table, baseline_record, matched_record) | {
             "evaluation": {"evolved_test": evolved.get("compute"), "baseline_test": (baseline or {}).get("compute")}},
     }
     write_json(out_json, summary)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import yaml
 
-from evotrainer.agents.heuristic import Intervention, set_constant, set_recipe_values
+from evotrainer.contracts.intervention import Intervention, set_constant, set_recipe_values
 
 
 def _env_edit(fn: Callable[[dict], dict | None]) -> Callable[[dict, dict], dict | None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evotrainer.agents.heuristic import Intervention, set_constant, unified_diff
+from evotrainer.contracts.intervention import Intervention, set_constant, unified_diff
 
 UNIFORM = "    return np.ones(len(pool), dtype=float)\n"
 # difficulty levels weighted by how learnable their failures are: levels whose programs run (right or

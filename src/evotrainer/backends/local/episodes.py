@@ -14,7 +14,6 @@ features are in ``task_fields``. The per-turn table has one row per model turn (
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -22,15 +21,17 @@ import pandas as pd
 import torch
 
 from evotrainer.backends.local.multiturn import (
-    episode_extra_info,
+    episode_stats_of,
+    records,
     rollout,
     sft_conversations,
     specs_from_rows,
 )
-from evotrainer.backends.local.scoring import Reward, evidence_frame, verify_all
-from evotrainer.contracts.task import Task, metadata_of
+from evotrainer.contracts.task import Task
 from evotrainer.contracts.turns import TURN_COLUMNS, validate_turns
 from evotrainer.envs.episode import Episode
+from evotrainer.scoring import Reward, score
+from evotrainer.scoring.evidence import evidence_frame
 
 
 def is_multi_turn(task) -> bool:
@@ -54,34 +55,15 @@ def play(model, tokenizer, rows: pd.DataFrame, *, recipe: dict, env_knobs: dict,
                        generator=generator, env_overrides=env_overrides(env_knobs), env_workers=env_workers)
 
 
-def records(episodes: list[Episode]) -> list[str]:
-    """The episode records as JSON: what the task's verify replays."""
-    return [json.dumps(ep.record(), default=str) for ep in episodes]
-
-
 def episode_evidence(episodes: list[Episode], rows: pd.DataFrame, *, group_size: int, task: Task, reward: Reward | None,
                      run: str, generation: int, split: str, step: int, policy_id: str, harness_id: str,
                      seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(evidence, turns): the episodes verified by the task, then scored by the harness ``reward`` (None:
     the reward is the verdict), as evidence rows and the per-turn table."""
     repeated = rows.iloc[np.repeat(np.arange(len(rows)), group_size)].reset_index(drop=True)
-    verdicts = verify_all(task, records(episodes), repeated)
-    turn_rewards: list = [None] * len(episodes)
-    if reward is None:
-        rewards, components = verdicts.correct.astype(float), {}
-    else:
-        reward_input = [
-            {"data_source": ep.spec.data_source, "solution_str": ep.transcript(), "ground_truth": ep.spec.ground_truth,
-             "extra_info": {**metadata_of(md), **episode_extra_info(ep), "prompt_id": str(pid), "difficulty": int(d),
-                            "verification": record}}
-            for ep, md, pid, d, record in zip(episodes, repeated["metadata"], repeated["prompt_id"],
-                                              repeated["difficulty"], verdicts.records, strict=True)]
-        if not reward_input:
-            rewards, components = np.zeros(0), {}
-        elif hasattr(reward, "score_turns"):  # the turn-level credit too (what training adds per turn)
-            rewards, components, turn_rewards = reward.score_turns(reward_input)
-        else:
-            rewards, components = reward.score(reward_input)
+    scored = score(task, [ep.transcript() for ep in episodes], repeated, reward,
+                   episodes=[episode_stats_of(ep) for ep in episodes], verified=records(episodes))
+    rewards, components, verdicts, turn_rewards = scored.rewards, scored.components, scored.verdicts, scored.turn_rewards
     credits = [turn_credits(ep, t) for ep, t in zip(episodes, turn_rewards, strict=True)]
     model_tokens = np.array([ep.response_tokens for ep in episodes], dtype=np.int64)
     logprob_sums = np.array([sum(lp for lp, m in zip(ep.chat.logprobs, ep.chat.mask, strict=True) if m)

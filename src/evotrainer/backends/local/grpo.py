@@ -20,11 +20,12 @@ import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from evotrainer.backends.local.scoring import Reward, ScoredBatch, sample_and_score
+from evotrainer.backends.local.rollouts import ScoredBatch, sample_and_score
 from evotrainer.contracts.evidence import alive_groups
 from evotrainer.contracts.task import Task
 from evotrainer.policy.chat import pad_token_id
 from evotrainer.runtime import autocast
+from evotrainer.scoring import Reward
 
 TRAIN_LOG_COLUMNS = [
     "step", "reward_mean", "reward_std", "accuracy", "dead_group_ratio", "entropy", "kl", "clip_frac",

@@ -3,7 +3,7 @@
 An episode is one trajectory, one token sequence with a loss mask over the model's own tokens (see
 ``evotrainer.envs.episode``). ``rollout`` plays a batch of episodes turn by turn (one environment per
 episode, ``group_size`` episodes per instance, all running episodes sampled together each turn);
-``score_episodes`` calls the harness reward once per episode with the reward contract below;
+``score_episodes`` verifies and scores the episodes through the scoring kernel (``evotrainer.scoring``);
 ``grpo_multiturn_step`` is one optimizer step of clipped GRPO over the masked tokens with
 group-normalised advantages per instance; ``train`` loops them for a number of steps.
 
@@ -15,7 +15,8 @@ Reward contract (verl's signature, so the same reward.py runs under verl)::
       extra_info    the row's metadata plus turns, tool_calls, invalid_actions, termination,
                     env_reward (what the environment paid: mini_swe 1.0 = hidden tests passed),
                     actions (the model's turns as text) and per_turn (one dict per turn:
-                    turn, tool, valid, observation_len, reward)
+                    turn, tool, valid, observation_len, reward), then prompt_id, difficulty and the
+                    task's verdict under "verification" (``scoring.rows``)
 
 A dict may carry ``turn_rewards`` (one float per model turn): turn-level credit, added to the
 episode's advantage on that turn's tokens. Other keys are reward components.
@@ -24,6 +25,7 @@ episode's advantage on that turn's tokens. Other keys are reward components.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,15 +36,17 @@ import torch
 
 from evotrainer import envs
 from evotrainer.backends.local.sampler import sample
-from evotrainer.contracts.harness import ENV_SCHEMA, check_env, score_rows
-from evotrainer.contracts.task import metadata_of
+from evotrainer.contracts.harness import ENV_SCHEMA, check_env
+from evotrainer.contracts.task import Task, metadata_of
 from evotrainer.envs.episode import ChatTokens, Episode, EpisodeSpec, conversation_tokens
 from evotrainer.policy.chat import eos_token_ids, pad_token_id
+from evotrainer.scoring import Reward, score
+from evotrainer.scoring.rows import episode_stats
 
 CONTEXT_LIMIT = "context_limit"  # beside envs.TERMINATIONS: the conversation outgrew the policy's context
 ENV_KNOBS = ENV_SCHEMA  # the harness's env.yaml knobs (evotrainer.contracts.harness.ENV_SCHEMA)
 __all__ = ["CONTEXT_LIMIT", "ENV_KNOBS", "ChatTokens", "Episode", "EpisodeSpec", "check_env_knobs",
-           "conversation_tokens", "episode_extra_info", "filter_episodes", "grpo_multiturn_step", "rollout", "score_episodes",
+           "conversation_tokens", "episode_stats_of", "filter_episodes", "grpo_multiturn_step", "rollout", "score_episodes",
            "sft_conversations", "specs_from_rows", "train"]
 
 
@@ -128,35 +132,30 @@ def rollout(model, tokenizer, specs: Sequence[EpisodeSpec], *, group_size: int, 
     return episodes
 
 
-def episode_extra_info(ep: Episode) -> dict:
-    """The reward's extra_info for one episode (the reward contract above)."""
-    return {**ep.spec.metadata, "turns": ep.turns, "tool_calls": ep.tool_calls,
-            "invalid_actions": ep.invalid_actions, "termination": ep.termination,
-            "env_reward": ep.env_reward, "actions": list(ep.actions),
-            "per_turn": [{k: t[k] for k in ("turn", "tool", "valid", "observation_len", "reward")}
-                         for t in ep.per_turn]}
+def episode_stats_of(ep: Episode) -> dict:
+    """An episode's statistics as the reward reads them in ``extra_info`` (``scoring.rows.EPISODE_KEYS``)."""
+    return episode_stats(turns=ep.turns, tool_calls=ep.tool_calls, invalid_actions=ep.invalid_actions,
+                         termination=ep.termination, env_reward=ep.env_reward, actions=ep.actions, per_turn=ep.per_turn)
 
 
-def score_episodes(episodes: Sequence[Episode], reward_fn) -> np.ndarray:
-    """Score every episode with the harness reward (the reward contract above); fills reward, components
-    and turn_rewards; returns the rewards. ``reward_fn``: a compute_score callable (called once per
-    episode), or a batch reward object with ``score_turns(rows)`` (the sandboxed reward worker: one call
-    for the batch, the turn-level credit checked in the trusted process). Both go through the reward
-    contract's loop (contracts.harness.score_rows)."""
-    rows = [{"data_source": ep.spec.data_source, "solution_str": ep.transcript(),
-             "ground_truth": ep.spec.ground_truth, "extra_info": episode_extra_info(ep)} for ep in episodes]
-    if not rows:
+def records(episodes: Sequence[Episode]) -> list[str]:
+    """The episode records as JSON: what the task's verify replays."""
+    return [json.dumps(ep.record(), default=str) for ep in episodes]
+
+
+def score_episodes(episodes: Sequence[Episode], rows: pd.DataFrame, reward: Reward, task: Task) -> np.ndarray:
+    """Verify and score every episode through the scoring kernel (``rows``: each episode's task row, in the
+    episodes' order); fills reward, components and turn_rewards; returns the rewards. ``reward``: a batch
+    reward (the sandboxed worker, or ``scoring.InProcessReward`` around a compute_score)."""
+    if not episodes:
         return np.zeros(0)
-    if hasattr(reward_fn, "score_turns"):
-        scores, components, turn_rewards = reward_fn.score_turns(rows)
-    else:  # a plain compute_score callable
-        turn_rewards = []
-        scores, components = score_rows(reward_fn, rows, turn_rewards)
+    scored = score(task, [ep.transcript() for ep in episodes], rows, reward,
+                   episodes=[episode_stats_of(ep) for ep in episodes], verified=records(episodes))
     for i, ep in enumerate(episodes):
-        ep.reward = float(scores[i])
-        ep.components = {k: float(v[i]) for k, v in components.items()}
-        ep.turn_rewards = turn_rewards[i]
-    return np.array([ep.reward for ep in episodes], dtype=float)
+        ep.reward = float(scored.rewards[i])
+        ep.components = {k: float(v[i]) for k, v in scored.components.items()}
+        ep.turn_rewards = scored.turn_rewards[i]
+    return scored.rewards
 
 
 def group_advantages(episodes: Sequence[Episode], norm_by_std: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -293,7 +292,7 @@ def filter_episodes(episodes: Sequence[Episode], mode: str = "none") -> list[Epi
     return [ep for ep in episodes if ep.termination not in drop]
 
 
-def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward_fn: Callable[..., float | dict], *, steps: int,
+def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward: Reward, *, task: Task, steps: int,
           seed: int, env_knobs: dict | None = None, weights: np.ndarray | None = None, max_context: int = 1024,
           on_step: Callable[[dict], None] | None = None, env_workers: int = 2) -> pd.DataFrame:
     """``steps`` multi-turn GRPO steps on the agentic ``pool`` (task rows), in place; returns the train log
@@ -323,7 +322,7 @@ def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward_fn: Callabl
                                env_overrides=overrides, env_workers=env_workers)
             for ep in episodes:  # groups stay distinct across rounds
                 ep.group += len(played)
-            score_episodes(episodes, reward_fn)
+            score_episodes(episodes, pool.iloc[np.repeat(idx, recipe["group_size"])].reset_index(drop=True), reward, task)
             played += episodes
             chosen = filter_episodes(episodes, knobs.get("episode_filter", "none"))
             if recipe["dynamic_sampling"]:

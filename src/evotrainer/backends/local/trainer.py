@@ -14,14 +14,14 @@ import pandas as pd
 from evotrainer import runtime
 from evotrainer.atomic import atomic_dir, write_json
 from evotrainer.backends import TrainJob
-from evotrainer.backends.local.scoring import Reward
 from evotrainer.config import load as load_config
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.contracts.task import Task
+from evotrainer.scoring import Reward
 
 
-def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | None) -> pd.DataFrame:
-    cfg = load_config(job.config)
+def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | None, cfg=None) -> pd.DataFrame:
+    cfg = load_config(job.config) if cfg is None else cfg  # the stage passes the config it loaded
     device = runtime.setup_torch(job.threads, cfg.trainer.device)
     from evotrainer.backends.local.grpo import train as grpo_train
     from evotrainer.policy.tiny import load_policy, save_policy
@@ -51,7 +51,7 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
             write_json(heartbeat, {"step": int(row["step"]) + chunk * chunk_steps, "steps": job.steps, "time": time.time()})
 
         if multi_turn:
-            chunk_log = multiturn_train(model, tokenizer, recipe, pool, reward, steps=chunk_steps, seed=seed + chunk,
+            chunk_log = multiturn_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
                                         env_knobs=env_knobs, weights=weights, on_step=beat, env_workers=job.threads,
                                         max_context=int(model.config.max_position_embeddings))
         else:

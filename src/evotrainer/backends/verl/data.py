@@ -27,6 +27,7 @@ from evotrainer.contracts.task import SPLIT_COLUMNS, TaskError, metadata_of
 from evotrainer.policy.chat import as_messages, ensure_chat_template, prompt_token_ids
 
 METADATA_KEY = "evotrainer_metadata"
+OWN_KEYS = ("split", "index", "prompt_id", "difficulty", METADATA_KEY)  # what _extra_info adds to the metadata
 VERL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
 
 

@@ -48,6 +48,7 @@ from evotrainer.backends.verl.overrides import (
 from evotrainer.config import load as load_config
 from evotrainer.contracts.harness import load_env, load_recipe
 from evotrainer.contracts.task import Task
+from evotrainer.layout import generation_dir
 
 RAY_ON_SLURM = Path(__file__).with_name("ray_on_slurm.sh")
 POLL_S = 5.0  # how often a running verl command is checked (timeout, heartbeat)
@@ -142,12 +143,12 @@ def context_tokens(model_dir: str | Path) -> int:
                      "task under verl needs it for the episode's token budget")
 
 
-def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None) -> pd.DataFrame:
+def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None, cfg=None) -> pd.DataFrame:
     """Train ``job.parent_policy`` with verl; returns the train log, saves ``job.out/policy``."""
     del reward  # an object in this process; verl's reward workers start their own (reward_adapter.py)
     from transformers import AutoTokenizer
 
-    cfg = load_config(job.config)
+    cfg = load_config(job.config) if cfg is None else cfg  # the stage passes the config it loaded
     vc = cfg.trainer.verl
     python = vc.python or sys.executable
     harness = Path(job.harness)
@@ -184,7 +185,7 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None) -> p
             model_path=str(model_dir), train_files=str(train_file), val_files=str(val_file), out_dir=str(chunk_dir),
             reward=shim, steps=chunk_steps, train_rows=len(train_rows),
             max_prompt_length=max_prompt_length, seed=seed + chunk,
-            experiment_name=f"{cfg.run}-gen{job.generation}-{out.name}-chunk{chunk}",
+            experiment_name=f"{cfg.run}-{generation_dir(job.generation)}-{out.name}-chunk{chunk}",
             device="cpu" if cfg.trainer.device == "cpu" else "cuda", nnodes=vc.nnodes, n_gpus_per_node=vc.n_gpus_per_node,
             rollout_engine=vc.rollout_engine, tensor_parallel_size=vc.tensor_parallel_size,
             micro_batch_size_per_gpu=vc.micro_batch_size_per_gpu, gpu_memory_utilization=vc.gpu_memory_utilization,

@@ -30,9 +30,10 @@ import numpy as np
 import pandas as pd
 
 from evotrainer.backends.local.grpo import TRAIN_LOG_COLUMNS
-from evotrainer.backends.local.scoring import Verdicts, evidence_frame, verify_all
 from evotrainer.contracts.task import Task
 from evotrainer.policy.chat import prompt_token_ids
+from evotrainer.scoring import Verdicts, verify
+from evotrainer.scoring.evidence import evidence_frame
 
 # train_log column -> verl metric names, first present wins
 FROM_METRICS = {
@@ -125,7 +126,7 @@ def _verdicts(task: Task, gen: pd.DataFrame, matched: pd.DataFrame) -> Verdicts 
     trusted evaluator, carry its verdicts: a train log's accuracy is then NaN, never a false 0)."""
     if getattr(task, "multi_turn", False):
         return None
-    return verify_all(task, gen["output"].astype(str).tolist(), matched)
+    return verify(task, gen["output"].astype(str).tolist(), matched)
 
 
 def train_log(metrics_path: str | Path, generations_dir: str | Path | None, *, prompts: pd.DataFrame, task: Task,
@@ -184,7 +185,7 @@ def evidence_rows(dump_path: str | Path, prompts: pd.DataFrame, *, task: Task, r
                   max_response_len: int, tokenizer, policy_id: str, harness_id: str, seed: int,
                   step: int | None = None) -> pd.DataFrame:
     """A verl generation dump -> evidence rows (evotrainer.contracts.evidence), matched back to the split's
-    prompts and built by the one evidence builder (evotrainer.backends.local.scoring.evidence_frame)."""
+    prompts and built by the one evidence builder (evotrainer.scoring.evidence.evidence_frame)."""
     gen = read_generations(dump_path)
     index = PromptIndex(prompts, tokenizer)
     repeated = index.rows.iloc[index.match(gen, str(dump_path), split)].reset_index(drop=True)
@@ -199,7 +200,7 @@ def evidence_rows(dump_path: str | Path, prompts: pd.DataFrame, *, task: Task, r
     return evidence_frame(
         repeated, gen["output"].astype(str).tolist(),
         (gen["reward"] if "reward" in gen.columns else gen["score"]).astype(float).to_numpy(), components,
-        verify_all(task, gen["output"].astype(str).tolist(), repeated), sample_idx=gen["sample_idx"].to_numpy(np.int64), response_tokens=tokens,
+        verify(task, gen["output"].astype(str).tolist(), repeated), sample_idx=gen["sample_idx"].to_numpy(np.int64), response_tokens=tokens,
         finished=~truncated, mean_logprob=np.full(len(gen), np.nan), entropy=None, run=run, generation=generation,
         split=split, step=int(gen["step"].iloc[0]) if step is None and len(gen) else int(step or 0),
         policy_id=policy_id, harness_id=harness_id, seed=seed)

@@ -1,6 +1,6 @@
 """Harness recipe -> verl 0.9.1 Hydra overrides for `python -m verl.trainer.main_ppo`.
 
-Every recipe key is mapped (RECIPE_TO_VERL says where; tests/test_verl_backend.py checks that the
+Every recipe key is mapped (RECIPE_TO_VERL says where; tests/backends/test_verl_backend.py checks that the
 table covers RECIPE_SCHEMA, so a new recipe knob cannot be dropped silently). Values are checked by
 our own schema first (evotrainer.contracts.harness.check_recipe) because verl's validate_config lets some bad
 values through (a non-numeric clip ratio, an unknown advantage estimator); `preflight` then composes
@@ -30,19 +30,21 @@ from typing import Any
 
 import yaml
 
-from evotrainer.contracts.harness import ENV_SCHEMA, RECIPE_SCHEMA, HarnessError, check_env, check_recipe
+from evotrainer.contracts.harness import ENV_SCHEMA, RECIPE_SCHEMA, HarnessError, check_recipe
+from evotrainer.contracts.verl_multi_turn import (
+    AGENT,
+    ENV_OFF,
+    MULTI_TURN,
+    ROLLOUT,
+    check_multi_turn_for_verl,
+)
 
 ACTOR = "actor_rollout_ref.actor"
-ROLLOUT = "actor_rollout_ref.rollout"
 OVERLONG = "+reward.reward_kwargs.overlong_buffer_cfg"
 SHIM_KWARGS = "+reward.custom_reward_function.reward_kwargs"
-AGENT = f"{ROLLOUT}.agent"
-MULTI_TURN = f"{ROLLOUT}.multi_turn"
 # agent_loop.AGENT_NAME and the loop's class; not imported: agent_loop.py imports verl's agent loop and its extras
 AGENT_LOOP_NAME = "evotrainer_env"
 AGENT_LOOP_TARGET = "evotrainer.backends.verl.agent_loop.EnvAgentLoop"
-# the verl keys the agent-loop wiring sets for a multi-turn task; trainer.verl.overrides may not replace them
-AGENT_LOOP_KEYS = (f"{AGENT}.", f"{MULTI_TURN}.", "data.max_response_length")
 TURN_OVERHEAD_TOKENS = 32  # chat-template tokens around one turn and its observation (a generous bound)
 
 # Our aggregation names are verl's; the table is explicit so a new name on either side is a KeyError here.
@@ -79,14 +81,14 @@ RECIPE_TO_VERL: dict[str, tuple[str, ...]] = {
 
 # env.yaml knob -> where it goes under verl ("agent_loop.*": a keyword argument of EnvAgentLoop, from the
 # agent-loop yaml; the multi_turn keys mirror it in verl's own config). () = no verl counterpart: refused
-# unless at ENV_OFF's value (check_multi_turn_for_verl).
+# unless at ENV_OFF's value (check_multi_turn_for_verl; both in evotrainer.contracts.verl_multi_turn, which the
+# config check shares).
 ENV_TO_VERL: dict[str, tuple[str, ...]] = {
     "max_turns": ("agent_loop.max_turns", f"{MULTI_TURN}.max_assistant_turns"),
     "max_observation_chars": ("agent_loop.max_observation_chars", f"{MULTI_TURN}.max_tool_response_length"),
     # verl trains on every episode the agent loop returns and normalises each group over all of them
     "episode_filter": (),
 }
-ENV_OFF = {"episode_filter": "none"}
 
 
 @dataclass(frozen=True)
@@ -177,23 +179,6 @@ def check_recipe_for_verl(recipe: dict[str, Any], where: str = "recipe.yaml") ->
         raise HarnessError(f"{where}: 'overlong_buffer' ({recipe['overlong_buffer']}) must not exceed 'max_response_len' "
                            f"({recipe['max_response_len']}) for verl's DAPO reward manager; lower overlong_buffer")
     return recipe
-
-
-def check_multi_turn_for_verl(recipe: dict[str, Any], env_knobs: dict[str, Any] | None,
-                              where: str = "harness") -> dict[str, Any]:
-    """env.yaml's knobs (checked) for a multi-turn task under verl; a knob or recipe key verl cannot honour
-    for episodes is refused (HarnessError naming it) instead of being dropped."""
-    knobs = check_env(dict(env_knobs or {}), f"{where}/env.yaml")
-    for key, off in ENV_OFF.items():
-        if knobs.get(key, off) != off:
-            raise HarnessError(f"{where}/env.yaml: {key!r} = {knobs[key]!r} has no verl counterpart (verl trains on every "
-                               f"episode its agent loop returns); under trainer=verl set {key}: {off}, or train with "
-                               "trainer=local")
-    if recipe["overlong_buffer"] > 0:
-        raise HarnessError(f"{where}/recipe.yaml: 'overlong_buffer' ({recipe['overlong_buffer']}) shapes one response, but "
-                           "under trainer=verl a multi-turn task's response is the whole episode (turns and "
-                           "observations), which verl's DAPO buffer would penalise instead; set overlong_buffer: 0")
-    return knobs
 
 
 def episode_budget(recipe: dict[str, Any], knobs: dict[str, Any], context_tokens: int, max_prompt_length: int) -> int:

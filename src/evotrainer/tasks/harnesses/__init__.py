@@ -25,7 +25,7 @@ def complete(folder: Path) -> Path:
 def with_recipe_values(folder: Path, values: dict) -> Path:
     """``folder`` (a complete harness) with recipe.yaml's ``key: value`` lines set to ``values``, comments
     kept: a content-addressed copy in the temp directory (a task whose sources need other defaults)."""
-    from evotrainer.agents.heuristic import set_recipe_values
+    from evotrainer.contracts.intervention import set_recipe_values
 
     contents = {name: (folder / name).read_bytes() for name in HARNESS_FILES}
     contents["recipe.yaml"] = set_recipe_values(contents["recipe.yaml"].decode("utf-8"), values).encode("utf-8")

@@ -1,0 +1,108 @@
+"""The headline's arms table from run summaries as the summary stage writes them (no training here: the
+e2e headline target in test_workflow.py runs the real runs; this checks the arithmetic on known numbers)."""
+
+import json
+
+import pytest
+
+from evotrainer.report import headline
+
+pytestmark = pytest.mark.fast
+
+
+def _compute(responses: int) -> dict:
+    return {"optimizer_steps": responses // 256, "sampled_responses": responses, "generated_tokens": 3 * responses}
+
+
+def _summary(run: str, evolved: float, **extra) -> dict:
+    return {"run": run, "evolved_test_accuracy": evolved, "generations": [{"intervention": "x"}],
+            "compute": {"promoted_path": _compute(6144), "whole_search": _compute(18432), "baseline": _compute(6144),
+                        "baseline_matched": _compute(6144)}} | extra
+
+
+def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
+    evolved, baseline, matched, control, random = [0.50, 0.40, 0.45], [0.45, 0.30, 0.44], [0.49, 0.37, 0.44], \
+        [0.48, 0.41, 0.43], [0.40, 0.35, 0.41]
+    mains, arms = [], []
+    for s in range(3):
+        main = tmp_path / f"r-seed{s}" / "summary.json"
+        main.parent.mkdir()
+        main.write_text(json.dumps(_summary(f"r-seed{s}", evolved[s], baseline_test_accuracy=baseline[s],
+                                            baseline_matched_test_accuracy=matched[s])))
+        mains.append(str(main))
+        for arm, values in (("search_control", control), ("random", random)):
+            path = tmp_path / f"r-seed{s}-{arm}" / "summary.json"
+            path.parent.mkdir()
+            path.write_text(json.dumps(_summary(f"r-seed{s}-{arm}", values[s]) | {
+                "compute": {"whole_search": _compute(18000 + s)}}))
+            arms.append(str(path))
+    out = tmp_path / "headline.json"
+    headline.run(mains, str(out), str(tmp_path / "headline.png"), arm_summaries=arms)
+    result = json.loads(out.read_text())
+    table = {row["arm"]: row for row in result["arms"]}
+    assert list(table) == ["evolved", "baseline", "baseline_matched", "search_control", "random"]
+    assert table["baseline"]["evolved_minus_arm"] == pytest.approx(sum(evolved) / 3 - sum(baseline) / 3)
+    assert table["search_control"]["evolved_minus_arm"] == pytest.approx((0.02 - 0.01 + 0.02) / 3)
+    assert table["random"]["sampled_responses"] == pytest.approx(18001)  # the arm's own whole search
+    assert table["evolved"]["sampled_responses"] == 6144 and table["evolved"]["search_sampled_responses"] == 18432
+    assert table["random"]["ci_low"] <= table["random"]["evolved_minus_arm"] <= table["random"]["ci_high"]
+    assert result["per_seed"][1]["search_control"] == 0.41
+    assert (tmp_path / "headline.png").stat().st_size > 5_000
+
+
+def test_a_missing_arm_run_is_named(tmp_path):
+    main = tmp_path / "summary.json"
+    main.write_text(json.dumps(_summary("r-seed0", 0.5, baseline_test_accuracy=0.4)))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_summary("r-seed9-random", 0.3)))
+    main2 = tmp_path / "summary2.json"
+    main2.write_text(json.dumps(_summary("r-seed9", 0.5, baseline_test_accuracy=0.4)))
+    with pytest.raises(ValueError, match=r"random arm has no run for seed run\(s\) \['r-seed0'\]"):
+        headline.run([str(main), str(main2)], str(tmp_path / "h.json"), str(tmp_path / "h.png"), arm_summaries=[str(other)])
+
+
+def _rollouts(path, correct: list[bool]) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"prompt_id": [f"test-{i:06d}" for i in range(len(correct))], "correct": correct}).to_parquet(path)
+
+
+def test_test_rollouts_give_a_two_level_interval_over_seeds_and_prompts(tmp_path):
+    """With each arm's test rollouts on disk the interval resamples seeds and then prompts: 3 seeds whose
+    difference is exactly the same (+0.05) get a real interval around it from the 1,000 prompts, where a
+    bootstrap over the seeds alone would give one point; an arm equal to the evolved one on every prompt
+    gets [0, 0]."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    mains = []
+    for s in range(3):
+        run_dir = tmp_path / f"r-seed{s}"
+        base = rng.random(1000) < 0.4
+        evolved = base.copy()
+        evolved[np.flatnonzero(~base)[:50]] = True  # 50 more prompts right: +0.05
+        _rollouts(run_dir / "eval" / "evolved" / "test_rollouts.parquet", list(evolved))
+        _rollouts(run_dir / "eval" / "baseline" / "test_rollouts.parquet", list(base))
+        _rollouts(run_dir / "eval" / "baseline_matched" / "test_rollouts.parquet", list(evolved))
+        (run_dir / "summary.json").write_text(json.dumps(_summary(
+            f"r-seed{s}", float(evolved.mean()), baseline_test_accuracy=float(base.mean()),
+            baseline_matched_test_accuracy=float(evolved.mean()))))
+        mains.append(str(run_dir / "summary.json"))
+    out = tmp_path / "headline.json"
+    headline.run(mains, str(out), str(tmp_path / "headline.png"))
+    result = json.loads(out.read_text())
+    table = {row["arm"]: row for row in result["arms"]}
+    assert result["interval"] == headline.TWO_LEVEL == table["baseline"]["interval"]
+    assert result["difference_mean"] == pytest.approx(0.05)
+    assert 0.02 < result["ci_low"] < 0.05 < result["ci_high"] < 0.08
+    assert table["baseline_matched"]["ci_low"] == table["baseline_matched"]["ci_high"] == 0.0
+    # without the rollouts: the seeds alone, which cannot see the test set's noise
+    for path in tmp_path.glob("r-seed*/eval"):
+        import shutil
+
+        shutil.rmtree(path)
+    headline.run(mains, str(out), str(tmp_path / "headline.png"))
+    result = json.loads(out.read_text())
+    assert result["interval"] == headline.OVER_SEEDS
+    assert result["ci_low"] == pytest.approx(0.05) and result["ci_high"] == pytest.approx(0.05)
