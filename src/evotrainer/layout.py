@@ -192,6 +192,16 @@ def headline_run(run: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- layouts
+class _Entry:
+    """One file or folder of a layout as an attribute: ``layout.rollouts`` is ``layout._at("rollouts")``."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __get__(self, layout, owner=None):
+        return self if layout is None else layout._at(self.key)
+
+
 @dataclass(frozen=True)
 class TrainingRunLayout:
     """One training run's folder: ``gen{g}/backtest/{cid}/``, a baseline arm's ``{arm}/``, or a ``seed{s}/``
@@ -202,25 +212,11 @@ class TrainingRunLayout:
     def _at(self, key: str, **fields) -> Path:
         return self.dir / fill(TRAINING_RUN[key], **fields)
 
-    @property
-    def metrics(self) -> Path:
-        return self._at("metrics")
-
-    @property
-    def policy(self) -> Path:
-        return self._at("policy")
-
-    @property
-    def harness(self) -> Path:
-        return self._at("harness")
-
-    @property
-    def train_log(self) -> Path:
-        return self._at("train_log")
-
-    @property
-    def val_rollouts(self) -> Path:
-        return self._at("val_rollouts")
+    metrics = _Entry("metrics")
+    policy = _Entry("policy")
+    harness = _Entry("harness")
+    train_log = _Entry("train_log")
+    val_rollouts = _Entry("val_rollouts")
 
     def rollouts(self, split: str) -> Path:
         """``{split}_rollouts.parquet`` (the evaluation split's rollouts; val in the loop)."""
@@ -229,33 +225,17 @@ class TrainingRunLayout:
     def turns(self, split: str) -> Path:
         return self._at("split_turns", split=split)
 
-    @property
-    def exit_rollouts(self) -> Path:
-        return self._at("exit_rollouts")
-
-    @property
-    def exit_turns(self) -> Path:
-        return self._at("exit_turns")
+    exit_rollouts = _Entry("exit_rollouts")
+    exit_turns = _Entry("exit_turns")
 
     def seed(self, index: int) -> TrainingRunLayout:
         """The training run of seed ``index`` (0: this folder itself, else ``seed{index}/``)."""
         return self if int(index) == 0 else TrainingRunLayout(self._at("seed", s=int(index)))
 
-    @property
-    def train_job(self) -> Path:
-        return self._at("train_job")
-
-    @property
-    def train_result(self) -> Path:
-        return self._at("train_result")
-
-    @property
-    def progress(self) -> Path:
-        return self._at("progress")
-
-    @property
-    def train_text_log(self) -> Path:
-        return self._at("train_text_log")
+    train_job = _Entry("train_job")
+    train_result = _Entry("train_result")
+    progress = _Entry("progress")
+    train_text_log = _Entry("train_text_log")
 
 
 @dataclass(frozen=True)
@@ -283,91 +263,46 @@ class GenerationLayout:
     def _at(self, key: str, **fields) -> Path:
         return self.run.path(key, g=self.g, **fields)
 
-    @property
-    def dir(self) -> Path:
-        return self._at("gen")
+    dir = _Entry("gen")
 
     @property
     def name(self) -> str:
         return generation_dir(self.g)
 
-    @property
-    def policy(self) -> Path:
-        return self._at("policy")
-
-    @property
-    def harness(self) -> Path:
-        return self._at("harness")
-
-    @property
-    def parent_train_log(self) -> Path:
-        return self._at("parent_train_log")
-
-    @property
-    def rollouts(self) -> Path:
-        return self._at("rollouts")
-
-    @property
-    def turns(self) -> Path:
-        return self._at("turns")
-
-    @property
-    def diagnostics(self) -> Path:
-        return self._at("diagnostics")
-
-    @property
-    def diagnosis(self) -> Path:
-        return self._at("diagnosis")
-
-    @property
-    def diagnosis_md(self) -> Path:
-        return self._at("diagnosis_md")
-
-    @property
-    def candidates(self) -> Path:
-        return self._at("candidates")
-
-    @property
-    def agent_calls(self) -> Path:
-        return self._at("agent_calls")
-
-    @property
-    def narrative(self) -> Path:
-        return self._at("narrative")
+    policy = _Entry("policy")
+    harness = _Entry("harness")
+    parent_train_log = _Entry("parent_train_log")
+    rollouts = _Entry("rollouts")
+    turns = _Entry("turns")
+    diagnostics = _Entry("diagnostics")
+    diagnosis = _Entry("diagnosis")
+    diagnosis_md = _Entry("diagnosis_md")
+    candidates = _Entry("candidates")
+    agent_calls = _Entry("agent_calls")
+    narrative = _Entry("narrative")
 
     def candidate(self, cid: str) -> CandidateLayout:
         return CandidateLayout(self._at("candidate", cid=cid))
 
-    @property
-    def replays(self) -> Path:
-        return self._at("replays")
+    replays = _Entry("replays")
 
     def replay(self, cid: str) -> Path:
         return self._at("replay", cid=cid)
 
-    @property
-    def backtests(self) -> Path:
-        return self._at("backtests")
+    backtests = _Entry("backtests")
 
     def backtest(self, cid: str) -> TrainingRunLayout:
         return TrainingRunLayout(self._at("backtest", cid=cid))
 
-    @property
-    def selection(self) -> Path:
-        return self._at("selection")
+    selection = _Entry("selection")
 
     @property
     def lineage(self) -> Path:
         """This generation's lineage rows (a part of the run's lineage.parquet)."""
         return self._at("lineage_part")
 
-    @property
-    def skills(self) -> Path:
-        return self._at("gen_skills")
-
-    @property
-    def gates(self) -> Path:
-        return self._at("gates")
+    skills = _Entry("gen_skills")
+    gates = _Entry("gates")
 
     def gate(self, stage: str) -> Path:
         return self._at("gate", stage=stage)
@@ -478,6 +413,8 @@ class RunLayout:
             raise ValueError(f"layout entry {key!r} ({TEMPLATES[key]}) needs {_PLACEHOLDER.findall(rel)}")
         return self.root / rel
 
+    _at = path  # what the entries (_Entry) call
+
     @staticmethod
     def relative(key: str, **fields) -> str:
         """Entry ``key`` relative to the run folder, placeholders not given kept as ``{name}``."""
@@ -503,28 +440,15 @@ class RunLayout:
         return sorted(int(m.group(1)) for m in found if m)
 
     # -- the run's files
-    @property
-    def config(self) -> Path:
-        return self.path("config")
-
-    @property
-    def data(self) -> Path:
-        return self.path("data")
+    config = _Entry("config")
+    data = _Entry("data")
 
     def split(self, name: str) -> Path:
         return self.path("split", split=name)
 
-    @property
-    def init(self) -> Path:
-        return self.path("init")
-
-    @property
-    def init_sft_log(self) -> Path:
-        return self.path("init_sft_log")
-
-    @property
-    def init_metrics(self) -> Path:
-        return self.path("init_metrics")
+    init = _Entry("init")
+    init_sft_log = _Entry("init_sft_log")
+    init_metrics = _Entry("init_metrics")
 
     def gen(self, g: int) -> GenerationLayout:
         return GenerationLayout(self, int(g))
@@ -545,55 +469,25 @@ class RunLayout:
     def test_turns(self, arm: str) -> Path:
         return self.path("test_turns", arm=arm)
 
-    @property
-    def lineage(self) -> Path:
-        return self.path("lineage")
-
-    @property
-    def summary(self) -> Path:
-        return self.path("summary")
-
-    @property
-    def summary_md(self) -> Path:
-        return self.path("summary_md")
-
-    @property
-    def report(self) -> Path:
-        return self.path("report")
-
-    @property
-    def figures(self) -> Path:
-        return self.path("figures")
+    lineage = _Entry("lineage")
+    summary = _Entry("summary")
+    summary_md = _Entry("summary_md")
+    report = _Entry("report")
+    figures = _Entry("figures")
 
     def figure(self, name: str) -> Path:
         return self.path("figure", figure=name)
 
-    @property
-    def skills(self) -> Path:
-        return self.path("skills")
-
-    @property
-    def skill_library(self) -> Path:
-        return self.path("skill_library")
-
-    @property
-    def approvals(self) -> Path:
-        return self.path("approvals")
-
-    @property
-    def decisions(self) -> Path:
-        return self.path("decisions")
-
-    @property
-    def abort(self) -> Path:
-        return self.path("abort")
+    skills = _Entry("skills")
+    skill_library = _Entry("skill_library")
+    approvals = _Entry("approvals")
+    decisions = _Entry("decisions")
+    abort = _Entry("abort")
 
     def approval(self, g: int, stage: str) -> Path:
         return self.path("approval", g=int(g), stage=stage)
 
-    @property
-    def pending_approvals(self) -> Path:
-        return self.path("pending_approvals")
+    pending_approvals = _Entry("pending_approvals")
 
     def pending_approval(self, g: int, stage: str) -> Path:
         return self.path("pending_approval", g=int(g), stage=stage)
@@ -604,14 +498,6 @@ class RunLayout:
     def benchmark(self, job: str) -> Path:
         return self.path("benchmark", job=job)
 
-    @property
-    def headline_json(self) -> Path:
-        return self.path("headline_json")
-
-    @property
-    def headline_png(self) -> Path:
-        return self.path("headline_png")
-
-    @property
-    def headline_log(self) -> Path:
-        return self.path("headline_log")
+    headline_json = _Entry("headline_json")
+    headline_png = _Entry("headline_png")
+    headline_log = _Entry("headline_log")
