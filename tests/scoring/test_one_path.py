@@ -171,6 +171,11 @@ def test_multi_turn_training_rollout_replay_and_verl_score_identically(tmp_path)
         replayed = rescore(evidence.read(tmp_path / "rollouts.parquet"), rows, replay, recipe=recipe,
                            turns=turns_contract.read(tmp_path / "turns.parquet"))
     assert any(ep.turns for ep in episodes)
+    # without the turns table, or with another run's prompts, replay refuses instead of scoring other rows
+    with pytest.raises(ValueError, match="turns table"):
+        rescore(ev, rows, Recording(None), recipe=recipe)
+    with pytest.raises(ValueError, match="not in the prompt split"):
+        rescore(ev, rows.assign(prompt_id="other"), Recording(None), recipe=recipe, turns=turn_table)
     _assert_same_rows(training.rows, rollout.rows, "agentic: training vs rollout evidence")
     _assert_same_rows(training.rows, replay.rows, "agentic: training vs replay")
     assert np.array_equal(trained, replayed.rewards) and np.array_equal(trained, ev["reward"].to_numpy())

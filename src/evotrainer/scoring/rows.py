@@ -65,14 +65,20 @@ def _turn(record: dict) -> dict:
 def episode_stats_from_evidence(ev: pd.DataFrame, turns: pd.DataFrame | None) -> list[dict]:
     """The statistics of cached episodes: the evidence's episode columns, the actions and per-turn records
     from the generation's turns table (``contracts.turns``), matched by group and sample."""
+    if turns is None:
+        raise ValueError("multi-turn evidence: its turns table is needed to rebuild each episode's actions and "
+                         "per-turn records (gen<g>/turns.parquet beside the rollouts)")
     by_episode: dict[tuple, list[dict]] = {}
-    if turns is not None and len(turns):
+    if len(turns):
         ordered = turns.sort_values(["group_id", "sample_idx", "turn"], kind="stable")
         for record in ordered.to_dict("records"):
             by_episode.setdefault((str(record["group_id"]), int(record["sample_idx"])), []).append(record)
     stats = []
     for row in ev.to_dict("records"):
         played = by_episode.get((str(row["group_id"]), int(row["sample_idx"])), [])
+        if len(played) != int(row["turns"]):
+            raise ValueError(f"episode {row['group_id']}#{row['sample_idx']}: {row['turns']} turns in the evidence, "
+                             f"{len(played)} in the turns table (not the table of these rollouts?)")
         stats.append(episode_stats(
             turns=row["turns"], tool_calls=row["tool_calls"], invalid_actions=row["invalid_actions"],
             termination=row["termination"], env_reward=row["env_reward"], actions=[t["action"] for t in played],
