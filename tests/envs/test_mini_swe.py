@@ -100,6 +100,16 @@ def test_file_tools_stay_inside_the_workspace(env):
     assert info["invalid_action"]
 
 
+def test_test_output_names_files_as_the_model_does_not_by_the_episode_folder(env):
+    """The episode's folder has a random name; an observation that showed it would make two runs of the same
+    seed and policy play different episodes."""
+    env.reset(seed=2)
+    env.step(f"<tool>replace {instance_of(env).module_file} 1\ndef broken(:</tool>")
+    observation, *_ = env.step("<tool>run_tests</tool>")
+    assert instance_of(env).module_file in observation and "SyntaxError" in observation
+    assert str(env.episode_dir) not in observation and str(env.episode_dir.resolve()) not in observation
+
+
 def test_observations_are_truncated_to_the_configured_length(tmp_path):
     env = MiniSweEnv(difficulty=2, max_observation_chars=120, workdir_root=str(tmp_path))
     env.reset(seed=1)

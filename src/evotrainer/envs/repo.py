@@ -108,7 +108,12 @@ class RepoEnvironment(Environment):
         if self.dry_run_tests:
             return Outcome("(tests not run during replay)")
         result = self.run(self._test_argv())
-        return Outcome(describe_result(result), info={"tests_passed": result.returncode == 0 and not result.timed_out})
+        # paths inside the workspace as the model names them (relative): the episode's temporary folder has a
+        # random name, which would make the observation, and so the whole episode, differ from run to run
+        text = describe_result(result)
+        for prefix in {str(self.workspace.resolve()), str(self.workspace)}:
+            text = text.replace(prefix + "/", "")
+        return Outcome(text, info={"tests_passed": result.returncode == 0 and not result.timed_out})
 
     def _replace(self, path: str, line: str, text: str) -> Outcome:
         try:
