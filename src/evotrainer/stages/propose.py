@@ -29,7 +29,9 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
         generation: int) -> None:
     """``lineage_parts``: the lineage files of the earlier generations (a path, a list, or None for gen 0)."""
     cfg = config(config_path)
-    run_layout = RunLayout.of(out_dir)  # out_dir is the run's gen<g>/candidates
+    # the run whose generation this is: where its diagnosis lives (out_dir is its gen<g>/candidates in the
+    # workflow, but a rerun by hand may write the candidates anywhere)
+    run_layout = RunLayout.of(Path(diagnosis_json).resolve())
     diagnosis = read_json(diagnosis_json)
     context = ProposalContext(
         generation=generation, harness_dir=Path(harness_dir), harness_id=harness_id(harness_dir),
@@ -42,7 +44,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
     context.extra["skills"] = skills.retrieve(context.extra["skills_dirs"], _severities(diagnosis["findings"]),
                                               k=None, min_similarity=cfg.skills.min_similarity)
     gen = run_layout.gen(generation)  # what LLM agents' tools may read (evotrainer.agents.tools)
-    context.extra.update(run=cfg.run, run_dir=RunLayout.of(Path(out_dir).resolve()).root, rollouts=gen.rollouts,
+    context.extra.update(run=cfg.run, run_dir=run_layout.root, rollouts=gen.rollouts,
                          diagnostics=gen.diagnostics)
     agent = make_agent(cfg.agent)
     try:
