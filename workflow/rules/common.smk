@@ -41,7 +41,6 @@ elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
 # pattern with the wildcards {run}, {g}, {cid}, {arm}, {stage}; layout(wildcards) and run_layout(name) are one
 # run's concrete paths, for the input functions and params.
 P = RunLayout(Path(RESULTS) / "{run}").pattern
-R = str(Path(RESULTS) / "{run}")  # the run folder's pattern (every path under it comes from P)
 
 
 def run_layout(name):
