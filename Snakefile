@@ -10,13 +10,14 @@ include: "workflow/rules/common.smk"
 
 
 # The resolved configs are written when jobs are about to run (never while the workflow is parsed, listed,
-# linted or dry-run), and only where they changed, so an unchanged rerun touches nothing. They are not
-# rule inputs: a new search.generations extends a run instead of redoing it.
+# linted or dry-run), only for the runs this invocation has jobs of (the headline's seed and search-arm
+# runs only when the headline is asked for), and only where they changed, so an unchanged rerun touches
+# nothing. They are not rule inputs: a new search.generations extends a run instead of redoing it.
 onstart:
-    write_run_configs(RESULTS, RUN_CONFIGS)
+    write_run_configs(RESULTS, {name: RUN_CONFIGS[name] for name in runs_with_jobs(workflow.dag)})
 
 
-include: "workflow/rules/gates.smk"
+include: "workflow/rules/approvals.smk"
 include: "workflow/rules/init.smk"
 include: "workflow/rules/rollout.smk"
 include: "workflow/rules/diagnose.smk"

@@ -12,96 +12,131 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from evotrainer.contracts.config_fields import ConfigError, between, check_fields, installed, one_of
+from evotrainer.plugins import AGENTS, ROLLOUTS, TRAINERS
 
 REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
-class ConfigError(ValueError):
-    pass
-
-
 # Each field declares its own check: its type (the dataclass), its allowed values (one_of) or its range
 # (between). validate() walks the dataclasses, so the key, the value and what is allowed are in one place.
-def one_of(default: Any, *allowed: Any) -> Any:
-    """A field whose value must be one of ``allowed``."""
-    return field(default=default, metadata={"choices": tuple(allowed)})
-
-
-def between(default: Any, low: float, high: float) -> Any:
-    """A numeric field within [low, high] (None passes where the field is optional)."""
-    return field(default=default, metadata={"range": (low, high)})
-
-
-def _check_fields(cls: type, node: Any, prefix: str) -> None:
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        key, value = f"{prefix}{f.name}", node[f.name]
-        if "choices" in f.metadata and value not in f.metadata["choices"]:
-            raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of {list(f.metadata['choices'])}")
-        if "range" in f.metadata and value is not None:
-            low, high = f.metadata["range"]
-            if not low <= value <= high:
-                raise ConfigError(f"config: '{key}' = {value} is outside [{low}, {high}]")
-        if dataclasses.is_dataclass(hints[f.name]) and value is not None:
-            _check_fields(hints[f.name], value, f"{key}.")
-
-
-@dataclass
-class LevelConf:
-    operands: int = 2
-    max_value: int = 99
-    weight: float = 1.0
+# The helpers (and ConfigError) live in contracts/config_fields.py, where the tasks (below this module)
+# declare their own fields; they are re-exported here.
 
 
 @dataclass
 class TaskConf:
-    """The task (evotrainer.tasks; conf/task/*.yaml). Each task takes the fields it names in its
-    ``config_keys``, plus ``options`` whole (options of a third-party task)."""
+    """The fields every task has (evotrainer.tasks; conf/task/*.yaml). A task's own fields (``task.ops``,
+    ``task.data_dir``, ...) are its ``Task.Config`` dataclass: ``validate`` checks the ``task`` group against
+    ``task_schema(name)``, these fields and the chosen task's. ``options`` goes to the task whole (the
+    options of a task without fields of its own)."""
 
     name: str = "arithmetic"
     sizes: dict[str, int] = field(default_factory=dict)  # rows per split (math: at most this many)
     seed: int = 1234
-    ops: str = "+-"  # arithmetic
-    levels: list[LevelConf] = field(default_factory=list)  # arithmetic
-    data_dir: str | None = None  # math: folder with train/val/test(.probe).parquet in verl's format
-    datasets: list[str] = field(default_factory=list)  # reasoning_gym: dataset names
-    weights: list[float] = field(default_factory=list)  # reasoning_gym: one per dataset; empty = equal
-    dataset_options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: {name: {key: value}}
-    env: str | None = None  # agentic: an evotrainer.envs name (mini_swe, swe_local)
-    env_options: dict[str, Any] = field(default_factory=dict)  # agentic: options of the environment
-    difficulties: list[int] = field(default_factory=list)  # agentic: difficulty of each instance, drawn uniformly
     options: dict[str, Any] = field(default_factory=dict)  # passed to the task as keyword options
 
 
-def check_task(task: Any) -> None:
-    """Task options checked before any job runs (the task checks the rest when it is made)."""
-    from evotrainer.tasks import names
+_TASK_SCHEMAS: dict[type, type] = {}
 
-    if task.name not in names():
-        raise ConfigError(f"config: 'task.name' = {task.name!r} is not allowed; choose one of {names()}")
+
+def task_schema(name: str) -> type:
+    """The dataclass of the ``task`` group when ``task.name`` is ``name``: ``TaskConf`` plus the task's own
+    ``Config`` fields (``TaskConf`` alone for a task without one). ConfigError for a task that is not
+    installed or whose ``Config`` cannot be combined with the common fields."""
+    from evotrainer.tasks import TASKS
+
+    if name not in TASKS:
+        raise ConfigError(f"config: 'task.name' = {name!r} is not allowed; choose one of {TASKS.names()}")
+    try:
+        own = getattr(TASKS.resolve(name), "Config", None)
+    except Exception as err:
+        raise ConfigError(f"config: task.name={name}: {err}") from err
+    if own is None:
+        return TaskConf
+    if own not in _TASK_SCHEMAS:
+        _TASK_SCHEMAS[own] = _combine(name, own)
+    return _TASK_SCHEMAS[own]
+
+
+def _combine(name: str, own: type) -> type:
+    import dataclasses
+
+    if not dataclasses.is_dataclass(own):
+        raise ConfigError(f"config: task {name!r}: its Config must be a dataclass, got {own!r}")
+    common = {f.name for f in dataclasses.fields(TaskConf)}
+    clash = sorted(common & {f.name for f in dataclasses.fields(own)})
+    if clash:
+        raise ConfigError(f"config: task {name!r}: its Config redeclares {clash}, which every task has")
+    qualname = "TaskConf_" + "".join(c if c.isalnum() else "_" for c in f"{own.__module__}.{own.__qualname__}")
+    try:
+        schema = dataclasses.make_dataclass(qualname, [], bases=(own, TaskConf))  # fields: TaskConf's, then own
+    except TypeError as err:  # e.g. a field without a default, a frozen Config
+        raise ConfigError(f"config: task {name!r}: its Config cannot be a config group ({err})") from err
+    schema.__module__ = __name__
+    globals()[qualname] = schema  # found by name, as a module-level class is (pickle)
+    return schema
+
+
+def _task_name(cfg: Any) -> str:
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    name = task.get("name") if hasattr(task, "get") else None
+    return TaskConf.name if name is None else str(name)
+
+
+def _check_task_keys(cfg: Any, name: str, schema: type) -> None:
+    """Every key of the ``task`` group is a field of the chosen task (a typo, or a field of another task
+    that its config group left behind when only task.name changed, names the allowed ones)."""
+    import dataclasses
+
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    if not hasattr(task, "keys"):
+        return
+    allowed = sorted(f.name for f in dataclasses.fields(schema))
+    unknown = [str(key) for key in task if key not in allowed]
+    if not unknown:
+        return
+    keys = ", ".join(f"'task.{key}'" for key in unknown)
+    message = (f"config: {keys} {'is not a field' if len(unknown) == 1 else 'are not fields'} of task={name}; "
+               f"allowed: {allowed}")
+    owners = [other for other in _tasks_with_field(unknown[0]) if other != name]
+    if owners:
+        message += (f" ({'a field' if len(unknown) == 1 else 'fields'} of task={owners[0]}: choose a task by its "
+                    f"config group, task={name}, or drop the other task's fields: "
+                    f"{' '.join(f'~task.{key}' for key in unknown)})")
+    raise ConfigError(message)
+
+
+def _tasks_with_field(key: str) -> list[str]:
+    from evotrainer.tasks import TASKS, config_fields
+
+    out = []
+    for other in TASKS.names():
+        try:
+            if key in config_fields(other):
+                out.append(other)
+        except Exception:  # a broken plug-in is not the error being reported
+            continue
+    return out
+
+
+def check_task(task: Any) -> None:
+    """The task group checked before any job runs (the task checks the rest when it is made): the name
+    against the installed tasks, the sizes, and the task's own fields (their checks and ``Config.check``)."""
+    from omegaconf import OmegaConf
+
+    schema = task_schema(task.name)
     for split in ("train", "val", "test", "probe"):
         if task.sizes.get(split, 0) <= 0:
             raise ConfigError(f"config: 'task.sizes.{split}' must be a positive count")
-    if task.name == "arithmetic" and not task.levels:
-        raise ConfigError("config: 'task.levels' is empty; give at least one {operands, max_value, weight}")
-    if task.name == "arithmetic" and (not task.ops or set(task.ops) - set("+-")):
-        raise ConfigError(f"config: 'task.ops' = {task.ops!r}; allowed: a non-empty string of '+' and '-'")
-    if task.name == "math" and not task.data_dir:
-        raise ConfigError("config: 'task.data_dir' is required when task.name=math (a folder with train.parquet, "
-                          "val.parquet, test.parquet in verl's format)")
-    if task.name == "reasoning_gym":
-        if not task.datasets:
-            raise ConfigError("config: 'task.datasets' is empty; name reasoning-gym datasets, e.g. [chain_sum, gcd]")
-        if task.weights and (len(task.weights) != len(task.datasets) or min(task.weights) <= 0):
-            raise ConfigError(f"config: 'task.weights' = {list(task.weights)}: give one positive weight per dataset "
-                              f"of task.datasets {list(task.datasets)}, or none (equal weights)")
-        extra = sorted(set(task.dataset_options) - set(task.datasets))
-        if extra:
-            raise ConfigError(f"config: 'task.dataset_options' names {extra}; allowed: task.datasets {list(task.datasets)}")
+    if schema is TaskConf:
+        return
+    check_fields(schema, task, "task.")
+    if callable(getattr(schema, "check", None)):
+        instance = OmegaConf.to_object(task) if isinstance(task, DictConfig) else schema(**task)
+        instance.check()
 
 
 @dataclass
@@ -144,7 +179,7 @@ class VerlConf:
 
 @dataclass
 class TrainerConf:
-    name: str = one_of("local", "local", "verl")
+    name: str = installed("local", TRAINERS)  # evotrainer.plugins: local, verl, or an installed plug-in
     device: str = one_of("auto", "auto", "cpu", "cuda")
     threads: int = between(1, 1, 256)
     precision: str = one_of("auto", "auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA (fp32 master weights), fp32 on CPU | fp32 | bf16
@@ -153,7 +188,7 @@ class TrainerConf:
 
 @dataclass
 class RolloutConf:
-    name: str = one_of("hf", "hf", "vllm")
+    name: str = installed("hf", ROLLOUTS)  # evotrainer.plugins: hf, vllm, or an installed plug-in
     split: str = one_of("probe", "probe", "train", "val")
     eval_batch_size: int = 512
     tensor_parallel_size: int = between(1, 1, 64)  # rollout.name=vllm only
@@ -176,7 +211,7 @@ class AgentPricesConf:  # USD per million tokens, used for the cost column of ag
 
 @dataclass
 class AgentConf:
-    name: str = one_of("heuristic", "heuristic", "claude", "openai", "search_control", "random")
+    name: str = installed("heuristic", AGENTS)  # heuristic, claude, openai, search_control, random, or a plug-in
     max_candidates: int = between(3, 0, 64)
     extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
     # LLM agents (claude, openai) only; see conf/agent/claude.yaml and evotrainer.agents.llm
@@ -251,14 +286,15 @@ class SkillsConf:
 
 
 @dataclass
-class HumanGatesConf:
-    """Human gates (not the validity gates of search.gates): stop the workflow for an approval."""
+class ApprovalsConf:
+    """Approvals: stop the workflow after a stage until a person approves, revises or aborts
+    (evotrainer.search.approvals). Not the validity gates of select (``search.gates``)."""
 
     after_diagnosis: bool = False
     after_propose: bool = False
     after_backtest: bool = False
     after_select: bool = False
-    after_failed_generations: int = between(0, 0, 1000)  # automatic gate after this many generations in a row without a promotion
+    after_failed_generations: int = between(0, 0, 1000)  # automatic approval after this many generations in a row without a promotion
 
 
 @dataclass
@@ -286,7 +322,7 @@ class Config:
     harness: HarnessConf = field(default_factory=HarnessConf)
     search: SearchConf = field(default_factory=SearchConf)
     skills: SkillsConf = field(default_factory=SkillsConf)
-    gates: HumanGatesConf = field(default_factory=HumanGatesConf)
+    approvals: ApprovalsConf = field(default_factory=ApprovalsConf)
     sandbox: SandboxConf = field(default_factory=SandboxConf)
 
 
@@ -308,12 +344,48 @@ def _hydra_value(value: Any) -> str:
     return str(value)
 
 
+# Renamed top-level groups: old name -> new name. The human stops after a stage were the group `gates`;
+# they are `approvals` now, and "gate" names only the validity gates of select (search.gates). A config
+# that still sets the old group fails with the new name instead of being ignored.
+RENAMED_GROUPS = {"gates": "approvals"}
+
+
+def _renamed(key: str) -> str | None:
+    """The error for a dotted key (``gates.<key>``) under a renamed group, or None."""
+    group, _, rest = key.partition(".")
+    if group not in RENAMED_GROUPS:
+        return None
+    new = RENAMED_GROUPS[group]
+    old_key, new_key = (f"{group}.{rest}", f"{new}.{rest}") if rest else (group, new)
+    return (f"config: '{old_key}' was renamed to '{new_key}' (the approvals: stop the workflow after a stage "
+            f"for a person, README \"Approvals\"; 'gates' now names only the validity gates, search.gates)")
+
+
+def _check_renamed_overrides(overrides: list[str]) -> None:
+    """Hydra refuses an override of a key the config no longer has with its own message; name the new key."""
+    for override in overrides:
+        key = str(override).split("=", 1)[0].lstrip("+~")
+        message = _renamed(key)
+        if message:
+            raise ConfigError(message)
+
+
+def _check_renamed_groups(cfg: Any) -> None:
+    """A config (a YAML's block, a ``+gates.*`` override) that sets a renamed group: ConfigError."""
+    for group in RENAMED_GROUPS:
+        if group not in cfg:
+            continue
+        node = cfg[group]
+        keys = list(node.keys()) if isinstance(node, dict) or OmegaConf.is_dict(node) else []
+        raise ConfigError(_renamed(f"{group}.{keys[0]}" if keys else group))
+
+
 def compose(overrides: list[str] | None = None, conf_dir: str | Path = REPO_CONF) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
+    _check_renamed_overrides(list(overrides or []))
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
@@ -323,40 +395,56 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path = REPO_CONF
 
 
 def validate(cfg: DictConfig) -> DictConfig:
+    _check_renamed_groups(cfg)  # before the merge, whose "not in 'Config'" would not say the new name
     schema = OmegaConf.structured(Config)
+    name = _task_name(cfg)
+    task_type = task_schema(name)  # the fields every task has and the chosen task's own
+    _check_task_keys(cfg, name, task_type)
+    try:
+        schema.task = task_type()
+    except (ValueError, TypeError, OmegaConfBaseException) as err:  # e.g. a field type OmegaConf cannot hold
+        raise ConfigError(f"config: task {name!r}: its Config cannot be a config group ({err})") from err
     try:
         merged = OmegaConf.merge(schema, cfg)
     except (ConfigKeyError, ValidationError) as err:
         key = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"config: bad key '{key}': {err.msg if hasattr(err, 'msg') else err}") from err
-    _check_fields(Config, merged, "")
-    check_task(merged.task)  # task.name against the installed tasks, and each task's own keys
+    check_fields(Config, merged, "")
+    check_task(merged.task)  # the sizes, and the task's own fields against its checks
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
-    if merged.search.budget_unit != "steps" or merged.search.baseline_matched:
-        from evotrainer.tasks import is_multi_turn
-
-        if is_multi_turn(merged.task.name):
-            raise ConfigError(f"config: task={merged.task.name} trains multi-turn episodes, which count optimizer steps "
-                              "only: set search.budget_unit=steps and search.baseline_matched=false")
+    multi_turn = "multi_turn" in task_supports(merged.task.name)
+    if multi_turn and (merged.search.budget_unit != "steps" or merged.search.baseline_matched):
+        raise ConfigError(f"config: task={merged.task.name} trains multi-turn episodes, which count optimizer steps "
+                          "only: set search.budget_unit=steps and search.baseline_matched=false")
     if merged.search.baseline_matched and merged.trainer.name != "local":
         raise ConfigError("config: search.baseline_matched trains under a responses budget, which only the local "
                           f"trainer implements (trainer.name={merged.trainer.name})")
     if merged.search.budget_unit != "steps" and merged.trainer.name != "local":
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} is implemented by the local trainer "
                           f"only; trainer.name={merged.trainer.name} trains for search.steps_per_generation steps")
-    if merged.trainer.name == "verl":
-        from evotrainer.tasks import is_multi_turn
-
-        if is_multi_turn(merged.task.name):
-            _check_verl_multi_turn(merged)
+    rollout_supports = ROLLOUTS.supports_of(merged.rollout.name) or frozenset({"single_turn"})
+    if ("multi_turn" if multi_turn else "single_turn") not in rollout_supports:
+        raise ConfigError(f"config: rollout.name={merged.rollout.name} plays {sorted(rollout_supports)} rollouts; "
+                          f"task={merged.task.name} needs {'multi_turn' if multi_turn else 'single_turn'}"
+                          + (" (use rollout=hf: verl plays episodes in its own agent loop, docs/environments.md)"
+                             if multi_turn else ""))
+    if merged.trainer.name == "verl" and multi_turn:
+        _check_verl_multi_turn(merged)
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
     if merged.agent.name in ("claude", "openai") and not merged.agent.model:
         raise ConfigError(f"config: 'agent.model' is required when agent.name={merged.agent.name} (see conf/agent/)")
     OmegaConf.set_readonly(merged, True)
     return merged
+
+
+def task_supports(name: str) -> frozenset[str]:
+    """What the task ``task.name`` declares it supports (``Task.supports``: single_turn, multi_turn, code_execution)."""
+    from evotrainer.tasks import supports
+
+    return supports(name)
 
 
 def _check_verl_multi_turn(cfg: DictConfig) -> None:

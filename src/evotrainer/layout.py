@@ -30,7 +30,7 @@ gen{g}/replay/{cid}.json                             the candidate's replay on t
 gen{g}/backtest/{cid}/                               one training run (backtest): the files below
 gen{g}/selection.json, gen{g}/lineage.parquet        what was promoted; the generation's lineage rows (select)
 gen{g}/skills.json                                   what the generation taught the skill stores (skills)
-gen{g}/gates/{stage}.json                            the human gate after a stage passed (gate)
+gen{g}/approvals/{stage}.json                        the pass record of the approval after a stage (approval)
 {arm}/ (baseline, baseline_matched)                  the fixed-recipe arms' training runs: the files below
 eval/{arm}/test_metrics.json, test_rollouts.parquet  an arm's test scores (evaluate; arm evolved too)
 eval/{arm}/test_rollouts_turns.parquet               multi-turn tasks' per-turn test rows (evaluate)
@@ -38,9 +38,9 @@ lineage.parquet                                      every candidate of the run 
 summary.json, summary.md                             the run's result (summary)
 report.html, report/{figure}.png                     the run's report and its figures (report)
 skills/, skill_library/                              the run's skill store; a headline seed's own library
-approvals/decisions.jsonl, approvals/abort.json      every human-gate decision; the abort
-approvals/gen{g}_{stage}.json                        the latest decision per gate
-approvals/pending/gen{g}_{stage}.json                a gate waiting for a person
+approvals/decisions.jsonl, approvals/abort.json      every approval decision; the abort
+approvals/gen{g}_{stage}.json                        the latest decision per approval
+approvals/pending/gen{g}_{stage}.json                an approval waiting for a person
 logs/{job}.log, logs/gen{g}/{job}.log                the jobs' logs
 benchmarks/{job}.tsv, benchmarks/gen{g}/{job}.tsv    the jobs' Snakemake benchmarks
 headline.json, headline.png, headline.log            the headline comparison (in results/<run>-headline)
@@ -82,7 +82,7 @@ TRAINING_RUN: dict[str, str] = {
 AGENT_CALLS = "agent_calls.parquet"  # in gen{g}/candidates/
 NARRATIVE = "narrative.md"  # in gen{g}/candidates/
 
-# name -> path under results/<run>/ ({g} generation, {cid} candidate, {arm} arm, {stage} gate stage,
+# name -> path under results/<run>/ ({g} generation, {cid} candidate, {arm} arm, {stage} approval stage,
 # {split} data split, {job} a job's log name, {figure} a report figure)
 TEMPLATES: dict[str, str] = {
     "config": "config.yaml",
@@ -115,8 +115,8 @@ TEMPLATES: dict[str, str] = {
     "selection": f"{GENERATION}/selection.json",
     "lineage_part": f"{GENERATION}/lineage.parquet",
     "gen_skills": f"{GENERATION}/skills.json",
-    "gates": f"{GENERATION}/gates",
-    "gate": f"{GENERATION}/gates/{{stage}}.json",
+    "gen_approvals": f"{GENERATION}/approvals",
+    "gen_approval": f"{GENERATION}/approvals/{{stage}}.json",
     # the fixed-recipe arms (baseline, baseline_matched): one training run each
     "baseline": "{arm}",
     **{f"baseline_{key}": f"{{arm}}/{rel}" for key, rel in TRAINING_RUN.items()},
@@ -302,10 +302,11 @@ class GenerationLayout:
         return self._at("lineage_part")
 
     skills = _Entry("gen_skills")
-    gates = _Entry("gates")
+    approvals = _Entry("gen_approvals")
 
-    def gate(self, stage: str) -> Path:
-        return self._at("gate", stage=stage)
+    def approval(self, stage: str) -> Path:
+        """The approval after ``stage`` passed (``gen{g}/approvals/{stage}.json``)."""
+        return self._at("gen_approval", stage=stage)
 
     def log(self, job: str) -> Path:
         return self._at("gen_log", job=job)

@@ -141,6 +141,12 @@ def test_domain_is_the_task_not_its_sizes_or_seed():
             "sizes": {"train": 10}, "seed": 1}
     assert skills.domain_of(task) == skills.domain_of(task | {"sizes": {"train": 99}, "seed": 7})
     assert skills.domain_of(task) != skills.domain_of(task | {"ops": "+"})
+    # a task that owns no ops/levels keeps the domain it had when every task config carried them (skill
+    # libraries recorded before keep matching): the values of commit 089254b's composed configs
+    from evotrainer.config import compose
+
+    assert skills.domain_of(compose(["task=code"]).task) == "code-2cc363fb"
+    assert skills.domain_of(compose(["task=agentic"]).task) == "agentic-47a8b602"
 
 
 @pytest.mark.fast

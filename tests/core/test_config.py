@@ -98,3 +98,26 @@ def test_the_equal_samples_arm_matches_the_promoted_path_per_seed_in_the_budget_
     assert matched_budget(cfg, str(path)) == {"budget_unit": "responses", "budget": 512}  # 1024 over 2 seeds
     cfg = compose(["search.seeds=2", "search.budget_unit=tokens", "search.budget=100"])
     assert matched_budget(cfg, str(path)) == {"budget_unit": "tokens", "budget": 2000}
+
+
+def test_the_task_group_holds_the_common_fields_and_the_chosen_tasks_own(tmp_path):
+    from evotrainer import config
+    from evotrainer.contracts import config_fields
+
+    assert (config.one_of, config.between, config.ConfigError) == (
+        config_fields.one_of, config_fields.between, config_fields.ConfigError)  # moved down, re-exported
+    cfg = compose(["task=code"])
+    assert list(cfg.task) == ["name", "sizes", "seed", "options", "data_dir", "weights"]
+    path = tmp_path / "config.yaml"
+    path.write_text(config.to_yaml(cfg))  # what a run's config.yaml holds, and loads back
+    assert "ops:" not in path.read_text() and config.load(path).task == cfg.task
+    for overrides, message in [
+        (["task=code", "+task.ops=+"], r"'task.ops' is not a field of task=code; allowed: \['data_dir', 'name', "
+                                       r"'options', 'seed', 'sizes', 'weights'\] \(a field of task=arithmetic"),
+        (["+task.opz=1"], r"'task.opz' is not a field of task=arithmetic; allowed: \['levels', 'name', 'ops', "),
+        (["task.name=math"], r"'task.ops', 'task.levels' are not fields of task=math"),
+        (["task=agentic", "task.difficulties=[a]"], r"bad key 'task.difficulties\[0\]'"),  # the task's fields are typed
+        (["task=agentic", "task.env=nope"], r"'task.env' = 'nope'; allowed: an installed environment"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            compose(overrides)

@@ -68,7 +68,7 @@ def test_the_typed_accessors_are_the_entries():
         gen.backtest("c1").exit_rollouts: "results/r/gen3/backtest/c1/exit_rollouts.parquet",
         gen.backtest("c1").seed(2).val_rollouts: "results/r/gen3/backtest/c1/seed2/val_rollouts.parquet",
         gen.selection: "results/r/gen3/selection.json", gen.lineage: "results/r/gen3/lineage.parquet",
-        gen.skills: "results/r/gen3/skills.json", gen.gate("select"): "results/r/gen3/gates/select.json",
+        gen.skills: "results/r/gen3/skills.json", gen.approval("select"): "results/r/gen3/approvals/select.json",
         gen.log("rollout"): "results/r/logs/gen3/rollout.log", gen.benchmark("rollout"): "results/r/benchmarks/gen3/rollout.tsv",
         run.baseline().metrics: "results/r/baseline/metrics.json",
         run.baseline("baseline_matched").train_log: "results/r/baseline_matched/train_log.parquet",
@@ -90,7 +90,7 @@ def test_the_typed_accessors_are_the_entries():
 def test_patterns_and_globs_come_from_the_same_templates():
     pattern = RunLayout(Path("results/{run}")).pattern
     assert pattern.backtest_metrics == "results/{run}/gen{g}/backtest/{cid}/metrics.json"
-    assert pattern.gate == "results/{run}/gen{g}/gates/{stage}.json"
+    assert pattern.gen_approval == "results/{run}/gen{g}/approvals/{stage}.json"
     assert pattern("split", split="train") == "results/{run}/data/train.parquet"
     assert pattern("policy", g=0) == "results/{run}/gen0/policy"
     assert pattern("gen_log", job="replay_{cid}") == "results/{run}/logs/gen{g}/replay_{cid}.log"

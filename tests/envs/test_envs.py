@@ -217,7 +217,7 @@ AGENTIC_LIMITS = {"max_turns": 3, "max_observation_chars": 40}
 @pytest.fixture
 def registry(monkeypatch):
     """A private copy of the registry, so that the names a test registers do not leak."""
-    monkeypatch.setattr(envs, "_REGISTERED", dict(envs._REGISTERED))
+    monkeypatch.setattr(envs.ENVS, "_registered", dict(envs.ENVS._registered))
     return envs
 
 

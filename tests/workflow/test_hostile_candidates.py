@@ -43,7 +43,7 @@ CONFIG = ["experiment=quick", "search__generations=1", "search__steps_per_genera
 # files the attacks aim at, hashed before and after. Not the whole tree: people edit the working tree while
 # the suite runs; every attack that writes also writes the run's token, which no file of the package may hold.
 WATCHED = [PACKAGE / "tasks" / "arithmetic.py", PACKAGE / "contracts" / "harness.py",
-           *sorted((PACKAGE / "default_harness").glob("*.*"))]
+           *sorted((PACKAGE / "tasks" / "harnesses" / "default").glob("*.*"))]
 
 
 # ------------------------------------------------------------------------------------------------ helpers

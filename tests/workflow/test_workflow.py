@@ -44,6 +44,9 @@ def test_a_hundred_generation_plan_builds(tmp_path, planted):
 
 def test_every_artifact_exists_and_reads_with_pandas(finished_run):
     run = finished_run
+    # only the run that ran has a folder: the headline's seed and search-arm runs (results/default-seed<s>,
+    # -seed<s>-random, -seed<s>-search_control) get their config.yaml only when the headline is asked for
+    assert sorted(p.name for p in run.parent.iterdir()) == ["default", "skill_library"]
     for g in (0, 1):
         gen = run / f"gen{g}"
         assert (gen / "policy" / "config.json").exists() and (gen / "harness" / "recipe.yaml").exists()

@@ -8,7 +8,7 @@ rule replay:
         prompts=P("split", split=CFG.rollout.split),
         **({"turns": P.turns} if MULTI_TURN else {}),
         pool=P("split", split="train"),
-        gate=human_gate("propose"),
+        approval=approval_file("propose"),
         lineage=earlier_lineage_parts,
     output:
         P.replay,

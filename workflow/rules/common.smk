@@ -170,22 +170,27 @@ def baseline_inputs(wildcards):
     return arms
 
 
+def runs_with_jobs(dag):
+    """The runs (of RUN_CONFIGS) that have a job in ``dag``, done or to do: the configs to write."""
+    return sorted({job.wildcards_dict.get("run") for job in dag.jobs} & set(RUN_CONFIGS) | {RUN})
+
+
 def final_outputs():
     return [str(run_layout(RUN).summary), str(run_layout(RUN).report)]
 
 
-# Human gates (gates.smk): the gate file a stage's consumer takes as input, gates on or off.
-def human_gate(stage, previous=False):
-    """Input function: the gate file of this generation's (or, for promote, the previous one's) stage."""
+# Approvals (approvals.smk): the approval file a stage's consumer takes as input, approvals on or off.
+def approval_file(stage, previous=False):
+    """Input function: the approval file of this generation's (or, for promote, the previous one's) stage."""
 
-    def gate_file(wildcards):
+    def approval_path(wildcards):
         g = int(wildcards.g) - 1 if previous else int(wildcards.g)
-        return str(layout(wildcards).gen(g).gate(stage))
+        return str(layout(wildcards).gen(g).approval(stage))
 
-    return gate_file
+    return approval_path
 
 
-def gate_inputs(wildcards):
+def approval_inputs(wildcards):
     gen = layout(wildcards).gen(wildcards.g)
     if wildcards.stage == "backtest":  # only here: it asks the propose checkpoint for the candidates
         return {"metrics": backtest_metrics(wildcards)}

@@ -3,7 +3,7 @@ checkpoint propose:
     input:
         diagnosis=P.diagnosis,
         harness=P.harness,
-        gate=human_gate("diagnosis"),
+        approval=approval_file("diagnosis"),
         lineage=earlier_lineage_parts,
     output:
         candidates=directory(P.candidates),

@@ -3,7 +3,7 @@ rule select:
         candidates=P.candidates,
         harness=P.harness,
         metrics=backtest_metrics,
-        gate=human_gate("backtest"),
+        approval=approval_file("backtest"),
     output:
         selection=P.selection,
         lineage=P.lineage_part,
@@ -28,7 +28,7 @@ rule promote:
     input:
         selection=previous_selection,
         skills=previous_skills,
-        gate=human_gate("select", previous=True),
+        approval=approval_file("select", previous=True),
     output:
         policy=directory(P.policy),
         harness=directory(P.harness),

@@ -20,7 +20,7 @@ class ProposalContext:
     harness_id: str
     findings: list[dict]  # diagnosis findings (diagnostics.parquet rows as dicts)
     lineage: pd.DataFrame  # every candidate tried so far in this run (may be empty)
-    feedback: str | None = None  # human feedback from a `revise` gate, when there is one
+    feedback: str | None = None  # human feedback from a `revise` at an approval, when there is one
     extra: dict = field(default_factory=dict)
 
     @property

@@ -20,12 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from evotrainer.loading import load_object
-
-TRAINERS = {
-    "local": "evotrainer.backends.local.trainer:train",
-    "verl": "evotrainer.backends.verl.launch:train",
-}
+from evotrainer.plugins import TRAINERS
 
 
 @dataclass(frozen=True)
@@ -56,6 +51,4 @@ class TrainJob:
 
 def trainer(name: str) -> Callable[..., pd.DataFrame]:
     """The training function of a trainer backend (imported only when chosen)."""
-    if name not in TRAINERS:
-        raise ValueError(f"trainer.name={name!r}: no such trainer backend; choose one of {sorted(TRAINERS)}")
-    return load_object(TRAINERS[name])
+    return TRAINERS.resolve(name)

@@ -82,7 +82,7 @@ def status(run: str, results: str = "results") -> None:
     console.print(f"best val accuracy so far: {_fmt(best)}")
     from evotrainer.search.approvals import status_lines
 
-    for line in status_lines(run_dir):  # human gates: abort, pending gates with their commands, last decision
+    for line in status_lines(run_dir):  # approvals: abort, pending approvals with their commands, last decision
         console.print(line, markup=False, highlight=False)
     summary = RunLayout(run_dir).summary
     if summary.exists():

@@ -1,6 +1,6 @@
 """`evotrainer` command line: one command table. `evotrainer stage <name>` is what the Snakemake rules
-call; the other commands are for people (config check, tasks, status, show, lineage, compare, report,
-evidence validate, the human-gate decisions)."""
+call; the other commands are for people (config check, installed plug-ins, status, show, lineage, compare,
+report, evidence validate, the approval decisions)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from evotrainer.loading import load_object
 @dataclass(frozen=True)
 class Command:
     """One command: its options (``name`` required, ``name?`` optional, ``name:int`` an integer,
-    ``name+`` one or more, ``=name`` positional, ``name>dest`` passed as ``dest``) and what it runs
+    ``name:flag`` a switch (``--name``, True when given), ``name+`` one or more, ``=name`` positional,
+    ``name>dest`` passed as ``dest``) and what it runs
     (``"module:function"``, called with the parsed options as keyword arguments, dashes as underscores;
     ``--config`` is passed as ``config_path``)."""
 
@@ -33,6 +34,9 @@ class Command:
             optional, many = spec.endswith("?") or kind.endswith("?"), "+" in spec
             option = spec.rstrip("?+")
             dest = dest or ("config_path" if option == "config" else option.replace("-", "_"))
+            if kind == "flag":
+                parser.add_argument(f"--{option}", dest=dest, action="store_true")
+                continue
             kwargs: dict = {"type": int} if kind.rstrip("?") == "int" else {}
             if positional:
                 nargs = ("*" if optional else "+") if many else ("?" if optional else None)
@@ -71,8 +75,8 @@ STAGES: dict[str, Command] = {
     "lineage": Command("evotrainer.stages.select:merge_lineage", ("parts+", "out")),
     "skills": Command("evotrainer.stages.skills:run", ("config", "run-dir", "selection", "diagnosis", "candidates>candidates_dir", "out",
                                                         "generation:int")),
-    "gate": Command("evotrainer.search.approvals:gate_stage", ("config", "run-dir", "generation:int", "stage>stage_name",
-                                                                "out", "log?")),
+    "approval": Command("evotrainer.search.approvals:approval_stage", ("config", "run-dir", "generation:int",
+                                                                        "stage>stage_name", "out", "log?")),
     "evaluate": Command("evotrainer.stages.evaluate:run", ("config", "policy>policy_dir", "harness>harness_dir", "test>test_path", "out-json",
                                                             "out-rollouts", "arm", "threads:int")),
     "report": Command("evotrainer.report.html:build", ("run-dir", "out-html", "figures-dir")),
@@ -86,7 +90,10 @@ STAGES: dict[str, Command] = {
 COMMANDS: dict[str, Command] = {
     "config": Command("evotrainer.cli.inspect:print_config", ("=overrides+?",),
                       "compose and validate the config; print it as YAML (or the error)"),
-    "tasks": Command("evotrainer.cli.inspect:list_tasks", (), "the installed tasks, one line each"),
+    "list": Command("evotrainer.cli.plugins:list_plugins", ("=kinds+?", "json:flag>as_json"),
+                    "installed plug-ins of every kind (tasks, environments, agents, trainers), one line each; "
+                    "--json: as JSON"),
+    "tasks": Command("evotrainer.cli.plugins:list_tasks", (), "the installed tasks, one line each (`list tasks`)"),
     "status": Command("evotrainer.cli.inspect:status", ("=run", "results?"), "generations, running jobs, best so far"),
     "show": Command("evotrainer.cli.inspect:show", ("=run", "=generation:int", "results?"),
                     "one generation: findings, candidates, verdicts"),
@@ -97,12 +104,12 @@ COMMANDS: dict[str, Command] = {
                          "two run directories field by field (evidence, train logs, lineage, metrics)"),
     "evidence": Command("evotrainer.cli.inspect:evidence", ("=action", "=path"),
                         "`evidence validate FILE`: check a parquet file against the evidence schema"),
-    "approve": Command("evotrainer.cli.gates:approve", ("=run", "=generation:int", "=stage", "by?", "results?"),
-                       "pass a human gate; then rerun the snakemake command"),
-    "revise": Command("evotrainer.cli.gates:revise", ("=run", "=generation:int", "=stage", "=feedback", "by?", "results?"),
-                      "redo a gated stage with feedback for the agent; then rerun snakemake"),
-    "abort": Command("evotrainer.cli.gates:abort", ("=run", "=reason?", "by?", "results?"),
-                     "stop a run at its pending (or next) human gate"),
+    "approve": Command("evotrainer.cli.approvals:approve", ("=run", "=generation:int", "=stage", "by?", "results?"),
+                       "pass an approval; then rerun the snakemake command"),
+    "revise": Command("evotrainer.cli.approvals:revise", ("=run", "=generation:int", "=stage", "=feedback", "by?", "results?"),
+                      "redo a stage awaiting approval with feedback for the agent; then rerun snakemake"),
+    "abort": Command("evotrainer.cli.approvals:abort", ("=run", "=reason?", "by?", "results?"),
+                     "stop a run at its pending (or next) approval"),
 }
 
 

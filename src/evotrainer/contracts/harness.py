@@ -23,7 +23,7 @@ HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py")
 # present only in the harnesses of multi-turn tasks; a candidate diff may edit it where the parent has it
 OPTIONAL_HARNESS_FILES = ("env.yaml",)
 EDITABLE_FILES = HARNESS_FILES + OPTIONAL_HARNESS_FILES
-DEFAULT_HARNESS = Path(__file__).parents[1] / "default_harness"
+DEFAULT_HARNESS = Path(__file__).parents[1] / "tasks" / "harnesses" / "default"
 
 
 class HarnessError(ValueError):

@@ -142,11 +142,13 @@ def skill_id(intervention: str, signature: Iterable[str]) -> str:
 
 def domain_of(task_cfg) -> str:
     """The task a skill was observed on: its name and a hash of what defines the problem (levels and
-    operators; not sizes or seed, which only redraw the same problem)."""
+    operators; not sizes or seed, which only redraw the same problem). A task without ``ops`` / ``levels``
+    (every task but arithmetic, since each task owns its config fields) hashes the values the shared task
+    config used to give it ("+-", []), so its domain, and the skills recorded under it, stay the same."""
     from omegaconf import OmegaConf
 
     task = OmegaConf.to_container(task_cfg, resolve=True) if not isinstance(task_cfg, dict) else task_cfg
-    identity = {"name": task["name"], "ops": task.get("ops"), "levels": task.get("levels")}
+    identity = {"name": task["name"], "ops": task.get("ops", "+-"), "levels": task.get("levels", [])}
     return f"{task['name']}-{hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]}"
 
 

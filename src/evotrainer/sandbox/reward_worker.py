@@ -141,7 +141,7 @@ class RewardWorker:
         request_r, self._request = os.pipe()
         self._reply, reply_w = os.pipe()
         try:
-            self.proc = sandbox_popen(
+            self.proc = sandbox_popen(  # a supervisor.Child: Popen-like, killed with its whole tree
                 [sys.executable, "-I", "-m", "evotrainer.sandbox.reward_worker", str(staged), str(work),
                  str(request_r), str(reply_w)],
                 workdir=work, readable=[staged], limits=self.limits, isolation=self.isolation, cpu_s=self.cpu_s,
@@ -181,17 +181,20 @@ class RewardWorker:
             raise self._failure
         if self.proc is None:
             raise RuntimeError("RewardWorker is not started (use it as a context manager)")
-        deadline = time.monotonic() + timeout_s
+        deadline = self.proc.set_deadline(timeout_s)  # this call's; the worker has none between calls
         try:
             _send(self._request, message, deadline)
             reply = _receive(self._reply, deadline)
         except TimeoutError:
+            self.proc.kill("deadline")
             self._fail(f"the reward worker did not answer {what} within {timeout_s:g} s", "sandbox_timeout")
         except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
             self._fail(f"the reward worker sent a malformed reply: {type(err).__name__}: {err}"[:2000],
                        "sandbox_violation")
         except (BrokenPipeError, OSError):
             reply = None
+        finally:
+            self.proc.set_deadline(None)
         if reply is None:
             self._died()
         if not reply.get("ok"):
@@ -200,13 +203,10 @@ class RewardWorker:
         return reply
 
     def _died(self) -> None:
-        from evotrainer.sandbox.runner import exit_error, kill
+        from evotrainer.sandbox.runner import exit_error
 
-        try:
-            code = self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - still running with its descriptors closed
-            kill(self.proc)
-            code = self.proc.returncode
+        # still running with its descriptors closed after 5 s: killed
+        code = (self.proc.wait_outcome(timeout=5) or self.proc.kill()).returncode
         error = exit_error(code, self._tail(), self.limits) if code else None
         if error is not None and error.label == "sandbox_timeout":
             error.args = (f"the reward worker ran out of its {self.cpu_s:g} CPU seconds",)
@@ -227,10 +227,8 @@ class RewardWorker:
         return lines[-1][:500] if lines else "(no output)"
 
     def _stop(self) -> None:
-        from evotrainer.sandbox.runner import kill
-
         if self.proc is not None and self.proc.poll() is None:
-            kill(self.proc)
+            self.proc.kill()
         for fd in (self._request, self._reply):
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -242,8 +240,7 @@ class RewardWorker:
         if self.proc is not None and self._request is not None and self.proc.poll() is None:
             os.close(self._request)
             self._request = None
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=2)
+            self.proc.wait_outcome(timeout=2)
         self._stop()
         if self._log is not None:
             self._log.close()

@@ -8,7 +8,8 @@ evotrainer.sandbox.worker`` in a scratch directory with rlimits (address space, 
 processes where the kernel enforces them), a wall-clock timeout, an environment without credentials,
 and a Python audit hook that refuses writes outside the scratch, sockets, new processes, signals and
 ctypes. Inputs and outputs cross as parquet / JSON / .npy (never pickle, so a hostile harness cannot
-run code in this process through its output).
+run code in this process through its output). The process is started, limited, timed and killed (with
+everything it started) by ``evotrainer.supervisor``; ``exit_error`` maps how it ended to the labels below.
 
 A failure raises SandboxError with the candidate failure label: sandbox_timeout, sandbox_memory,
 sandbox_violation (a refused operation, a file too large, a symlinked harness file or output) or
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from evotrainer import supervisor
 from evotrainer.sandbox import isolation as iso
 
 EXIT_VIOLATION, EXIT_MEMORY = 3, 4
@@ -53,28 +54,19 @@ class SandboxError(RuntimeError):
         self.label = label
 
 
-def limits_preexec(limits: Limits, mode: str, cpu_s: float | None = None):
-    """preexec_fn setting the rlimits; inherited through bwrap and setpriv by the sandboxed process.
+def sandbox_limits(limits: Limits, mode: str, cpu_s: float | None = None,
+                   deadline: bool = False) -> supervisor.Limits:
+    """The supervisor's limits for a sandboxed process (set in the child, inherited through bwrap and setpriv):
+    address space, CPU seconds (``cpu_s``, else the timeout, + 1), file size, no core file; ``deadline``: the
+    timeout as its wall-clock deadline.
 
     RLIMIT_NPROC is set only under os isolation with the uid drop: the kernel ignores it for root, and
     for any other uid it counts every process of that user on the machine, not the sandbox's.
     """
     nproc = mode == "os" and iso.detect().drop_uid
-    cpu = int(cpu_s if cpu_s is not None else limits.timeout_s) + 1
-
-    def preexec() -> None:
-        memory = limits.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        size = limits.file_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if nproc:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-
-    return preexec
-
-
+    return supervisor.Limits(deadline_s=limits.timeout_s if deadline else None, memory_mb=limits.memory_mb,
+                             cpu_s=int(cpu_s if cpu_s is not None else limits.timeout_s) + 1, file_mb=limits.file_mb,
+                             nproc=limits.processes if nproc else None)
 
 
 @contextlib.contextmanager
@@ -105,33 +97,27 @@ def sandbox_dirs(harness_dir: str | Path | None = None) -> Iterator[tuple[Path, 
 
 
 def sandbox_popen(argv: list[str], *, workdir: Path, readable: list[Path] = (), limits: Limits = Limits(),
-                  isolation: str | None = None, cpu_s: float | None = None, **popen: object) -> subprocess.Popen:
-    """Start ``argv`` in the sandbox: ``workdir`` is its writable scratch (and HOME), ``readable`` read-only."""
+                  isolation: str | None = None, cpu_s: float | None = None, deadline: bool = False,
+                  **popen: object) -> supervisor.Child:
+    """Start ``argv`` in the sandbox as a supervised child (``supervisor.Child``, Popen-like): ``workdir`` is its
+    writable scratch (and HOME), ``readable`` read-only; ``deadline``: ``limits.timeout_s`` is its wall-clock
+    deadline. ``Child.kill()`` kills the sandbox and everything it started (the pid namespace dies with bwrap)."""
     mode = iso.resolve(isolation)
     command = iso.isolated_command(argv, readable=list(readable), writable=[workdir], workdir=workdir, isolation=mode)
-    return subprocess.Popen(command, cwd=workdir, env=iso.scrubbed_environment(home=workdir), start_new_session=True,
-                            preexec_fn=limits_preexec(limits, mode, cpu_s), **popen)
-
-
-def kill(proc: subprocess.Popen) -> None:
-    """Kill the sandbox and everything it started (its session; the pid namespace dies with bwrap)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+    return supervisor.start(command, cwd=workdir, env=iso.scrubbed_environment(home=workdir),
+                            limits=sandbox_limits(limits, mode, cpu_s, deadline), memory_exit_codes=(EXIT_MEMORY,),
+                            **popen)
 
 
 def run_isolated(argv: list[str], *, workdir: Path, readable: list[Path] = (), limits: Limits = Limits(),
                  isolation: str | None = None) -> subprocess.CompletedProcess:
     """Run to completion with the wall-clock limit; raises SandboxError("...", "sandbox_timeout")."""
-    proc = sandbox_popen(argv, workdir=workdir, readable=readable, limits=limits, isolation=isolation,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired as error:
-        kill(proc)
-        raise SandboxError(f"harness code ran past {limits.timeout_s:.0f} s", "sandbox_timeout") from error
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    with sandbox_popen(argv, workdir=workdir, readable=readable, limits=limits, isolation=isolation, deadline=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        out, err = child.communicate(text=True)
+    if child.outcome.kind == "deadline":
+        raise SandboxError(f"harness code ran past {limits.timeout_s:.0f} s", "sandbox_timeout")
+    return subprocess.CompletedProcess(argv, child.outcome.returncode, out, err)
 
 
 def exit_error(returncode: int, tail: str, limits: Limits) -> SandboxError | None:

@@ -1,27 +1,28 @@
-"""Human gates: the workflow stops after a stage until a person approves, revises or aborts.
+"""Approvals: the workflow stops after a stage until a person approves, revises or aborts.
 
-``gates.after_<stage>`` (diagnosis, propose, backtest, select) puts a `gate` job between the stage and
-what consumes it; ``gates.after_failed_generations: N`` raises the after-select gate by itself once N
-generations in a row promoted nothing. (``search.gates`` are something else: the validity gates of
-select, evotrainer.search.gates.)
+``approvals.after_<stage>`` (diagnosis, propose, backtest, select) puts an `approval` job between the
+stage and what consumes it; ``approvals.after_failed_generations: N`` raises the after-select approval by
+itself once N generations in a row promoted nothing. (Not the validity gates of select, ``search.gates``,
+evotrainer.search.gates: "gate" names those only.)
 
-A gate job passes when the gate is not required, or when the latest decision for it is ``approve``.
-Otherwise it writes ``approvals/pending/gen<g>_<stage>.json``, prints what to review and which command
-to run, and fails, so Snakemake stops. The commands record a decision and return; the user then reruns
-the same snakemake command, which resumes from the gate (approve does not start Snakemake itself: the
-user's own command line, profile and cores are the ones to reuse).
+An approval job passes when the approval is not required, or when the latest decision for it is
+``approve``. Otherwise it writes ``approvals/pending/gen<g>_<stage>.json``, prints what to review and which
+command to run, and fails, so Snakemake stops. The commands record a decision and return; the user then
+reruns the same snakemake command, which resumes from the approval (approve does not start Snakemake
+itself: the user's own command line, profile and cores are the ones to reuse).
 
-- ``approve RUN GEN STAGE``: the gate passes on the next run.
+- ``approve RUN GEN STAGE``: the approval passes on the next run.
 - ``revise RUN GEN STAGE "feedback"``: the agent redoes its part of the generation with the feedback
   (in ProposalContext.feedback and the narrative). Revising the diagnosis reruns diagnose and then the
   proposals; revising propose, backtest or select reruns propose and everything after it in that
-  generation. The outputs that must be redone are deleted, so Snakemake reruns them; the gates after
+  generation. The outputs that must be redone are deleted, so Snakemake reruns them; the approvals after
   that point ask again.
-- ``abort RUN``: every gate of the run fails from now on with the abort's reason; the run stops cleanly
-  at its pending (or next) gate.
+- ``abort RUN``: every approval of the run fails from now on with the abort's reason; the run stops
+  cleanly at its pending (or next) approval.
 
 Every decision (action, who, when, feedback) is appended to ``approvals/decisions.jsonl``; the latest
-per gate is ``approvals/gen<g>_<stage>.json``; the abort is ``approvals/abort.json``.
+per approval is ``approvals/gen<g>_<stage>.json``; the abort is ``approvals/abort.json``; an approval that
+passed writes its record to ``gen<g>/approvals/<stage>.json`` (the input of the stage's consumer).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from evotrainer.layout import RunLayout, generation_dir
 
 STAGES = ("diagnosis", "propose", "backtest", "select")
 ALIASES = {"diagnose": "diagnosis", "proposal": "propose", "proposals": "propose", "selection": "select"}
-# what each gate lets the user review, relative to gen<g>/
+# what each approval lets the user review, relative to gen<g>/
 REVIEW = {
     "diagnosis": "diagnosis.md (and diagnostics.parquet)",
     "propose": "candidates/ (narrative.md, */proposal.json, */harness.diff)",
@@ -51,15 +52,15 @@ DIAGNOSIS_OUTPUTS = ("diagnostics", "diagnosis", "diagnosis_md")
 PROPOSAL_OUTPUTS = ("candidates", "replays", "backtests", "selection", "gen_skills")
 
 
-class GateError(RuntimeError):
-    """A gate that stops the workflow, or a command that cannot be applied; the message says what to do."""
+class ApprovalError(RuntimeError):
+    """An approval that stops the workflow, or a command that cannot be applied; the message says what to do."""
 
 
 def stage_name(stage: str) -> str:
     name = stage.removeprefix("after_")
     name = ALIASES.get(name, name)
     if name not in STAGES:
-        raise GateError(f"unknown gate stage '{stage}'; choose one of {list(STAGES)}")
+        raise ApprovalError(f"unknown approval stage '{stage}'; choose one of {list(STAGES)}")
     return name
 
 
@@ -108,17 +109,17 @@ def feedback_for(run_dir: str | Path, generation: int) -> str | None:
     return "\n".join(notes) if notes else None
 
 
-# ---------------------------------------------------------------------------------------------- the gate job
+# ------------------------------------------------------------------------------------------ the approval job
 
-def required(gates_cfg, run_dir: str | Path, generation: int, stage: str) -> str | None:
-    """Why this gate must stop the run, or None."""
-    if gates_cfg[f"after_{stage}"]:
-        return f"gates.after_{stage}=true"
-    n = int(gates_cfg.after_failed_generations)
+def required(approvals_cfg, run_dir: str | Path, generation: int, stage: str) -> str | None:
+    """Why this approval must stop the run, or None."""
+    if approvals_cfg[f"after_{stage}"]:
+        return f"approvals.after_{stage}=true"
+    n = int(approvals_cfg.after_failed_generations)
     if stage == "select" and n > 0 and generation + 1 >= n:
         recent = [RunLayout(run_dir).gen(g).selection for g in range(generation - n + 1, generation + 1)]
         if all(p.exists() and read_json(p)["promoted"] == "control" for p in recent):
-            return (f"gates.after_failed_generations={n}: generations {generation - n + 1}..{generation} "
+            return (f"approvals.after_failed_generations={n}: generations {generation - n + 1}..{generation} "
                     "promoted no candidate")
     return None
 
@@ -131,16 +132,16 @@ def commands(run: str, generation: int, stage: str, results: str) -> list[str]:
 
 
 def check(cfg, run_dir: str | Path, generation: int, stage: str) -> dict:
-    """What the gate job does: returns the pass record, or raises GateError with the message to show."""
+    """What the approval job does: returns the pass record, or raises ApprovalError with the message to show."""
     run_dir, stage = Path(run_dir), stage_name(stage)
     layout = RunLayout(run_dir)
-    gate = f"after_{stage}"
+    approval = f"after_{stage}"
     abort = aborted(run_dir)
     if abort:
-        raise GateError(f"EvoTrainer: run '{cfg.run}' was aborted by {abort['by']} at {abort['at']}"
-                        f"{': ' + abort['reason'] if abort.get('reason') else ''}. It stops at gate {gate} of "
-                        f"generation {generation}. To go on after all, delete {layout.abort}.")
-    reason = required(cfg.gates, run_dir, generation, stage)
+        raise ApprovalError(f"EvoTrainer: run '{cfg.run}' was aborted by {abort['by']} at {abort['at']}"
+                            f"{': ' + abort['reason'] if abort.get('reason') else ''}. It stops at approval "
+                            f"{approval} of generation {generation}. To go on after all, delete {layout.abort}.")
+    reason = required(cfg.approvals, run_dir, generation, stage)
     marker = layout.pending_approval(generation, stage)
     if reason is None:
         return {"generation": generation, "stage": stage, "decision": "not_required"}
@@ -150,30 +151,31 @@ def check(cfg, run_dir: str | Path, generation: int, stage: str) -> dict:
         return {"generation": generation, "stage": stage, "decision": "approve", "reason": reason,
                 "by": decision["by"], "at": decision["at"]}
     cmds = commands(cfg.run, generation, stage, cfg.results_dir)
-    write_json(marker, {"run": cfg.run, "generation": generation, "stage": stage, "gate": gate, "reason": reason,
-                        "since": _now(), "review": f"{layout.gen(generation).dir}/{REVIEW[stage]}", "commands": cmds,
+    write_json(marker, {"run": cfg.run, "generation": generation, "stage": stage, "approval": approval,
+                        "reason": reason, "since": _now(), "review": f"{layout.gen(generation).dir}/{REVIEW[stage]}", "commands": cmds,
                         "revised": bool(decision and decision["action"] == "revise")})
     again = " (revised; review the new outputs)" if decision and decision["action"] == "revise" else ""
-    raise GateError(
-        f"EvoTrainer: human gate {gate} stops run '{cfg.run}' at generation {generation}{again} ({reason}).\n"
+    raise ApprovalError(
+        f"EvoTrainer: approval {approval} stops run '{cfg.run}' at generation {generation}{again} ({reason}).\n"
         f"  Review: {layout.gen(generation).dir}/{REVIEW[stage]}\n"
         "  Then run one of:\n" + "".join(f"    {c}\n" for c in cmds)
         + "  and rerun the same snakemake command to continue."
     )
 
 
-def gate_stage(config_path: str, run_dir: str, generation: int, stage_name: str, out: str, log: str | None = None) -> int:
-    """Stage `gate` (see run_gate)."""
+def approval_stage(config_path: str, run_dir: str, generation: int, stage_name: str, out: str,
+                   log: str | None = None) -> int:
+    """Stage `approval` (see run_approval)."""
     from evotrainer.config import load
 
-    return run_gate(load(config_path), run_dir, generation, stage_name, out, log)
+    return run_approval(load(config_path), run_dir, generation, stage_name, out, log)
 
 
-def run_gate(cfg, run_dir: str, generation: int, stage: str, out: str, log: str | None = None) -> int:
-    """The `gate` stage: 0 and the pass record written to ``out``, or 1 with the message on stderr."""
+def run_approval(cfg, run_dir: str, generation: int, stage: str, out: str, log: str | None = None) -> int:
+    """The `approval` stage: 0 and the pass record written to ``out``, or 1 with the message on stderr."""
     try:
         record = check(cfg, run_dir, generation, stage)
-    except GateError as err:
+    except ApprovalError as err:
         message = str(err)
         print(message, file=sys.stderr)
         if log:
@@ -181,7 +183,7 @@ def run_gate(cfg, run_dir: str, generation: int, stage: str, out: str, log: str 
         return 1
     write_json(out, record)
     if log:
-        write_text(log, f"gate after_{record['stage']} {generation_dir(generation)}: {record['decision']}\n")
+        write_text(log, f"approval after_{record['stage']} {generation_dir(generation)}: {record['decision']}\n")
     return 0
 
 
@@ -201,10 +203,10 @@ def revise(run_dir: str | Path, run: str, generation: int, stage: str, feedback:
     run_dir, stage = Path(run_dir), stage_name(stage)
     _check_generation(run_dir, generation)
     if not feedback.strip():
-        raise GateError("revise needs feedback: say what the agent should do differently")
+        raise ApprovalError("revise needs feedback: say what the agent should do differently")
     layout = RunLayout(run_dir)
     if layout.gen(generation + 1).policy.exists():
-        raise GateError(f"generation {generation} of run '{run}' is already promoted ({layout.relative('policy', g=generation + 1)} "
+        raise ApprovalError(f"generation {generation} of run '{run}' is already promoted ({layout.relative('policy', g=generation + 1)} "
                         "exists); only a generation that has not moved on can be revised")
     gen = layout.gen(generation)
     outputs = [layout.path(key, g=generation) for key in
@@ -218,9 +220,9 @@ def revise(run_dir: str | Path, run: str, generation: int, stage: str, feedback:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    # every gate from the rerun point on must be passed again
+    # every approval from the rerun point on must be passed again
     for later in STAGES[STAGES.index(first):]:
-        gen.gate(later).unlink(missing_ok=True)
+        gen.approval(later).unlink(missing_ok=True)
         if layout.approval(generation, later).exists() or later == stage:
             write_json(layout.approval(generation, later), decision)
         layout.pending_approval(generation, later).unlink(missing_ok=True)
@@ -239,19 +241,20 @@ def abort(run_dir: str | Path, run: str, reason: str | None = None, by: str | No
 def _check_generation(run_dir: Path, generation: int) -> None:
     folder = RunLayout(run_dir).gen(generation).dir
     if not folder.is_dir():
-        raise GateError(f"run {run_dir} has no generation {generation} (no {folder})")
+        raise ApprovalError(f"run {run_dir} has no generation {generation} (no {folder})")
 
 
 def status_lines(run_dir: str | Path) -> list[str]:
-    """What `evotrainer status` says about gates: the abort, pending gates, and the last decision."""
+    """What `evotrainer status` says about approvals: the abort, pending approvals, and the last decision."""
     lines = []
     abort = aborted(run_dir)
     if abort:
         lines.append(f"ABORTED by {abort['by']} at {abort['at']}" + (f": {abort['reason']}" if abort.get("reason") else ""))
-    for gate in pending(run_dir):
-        lines.append(f"PENDING human gate {gate['gate']} at generation {gate['generation']} since {gate['since']} "
-                     f"({gate['reason']}); review {gate['review']}")
-        lines += [f"    {c}" for c in gate["commands"]]
+    for wait in pending(run_dir):
+        name = wait.get("approval") or wait.get("gate")  # a marker written before the rename says "gate"
+        lines.append(f"PENDING approval {name} at generation {wait['generation']} since {wait['since']} "
+                     f"({wait['reason']}); review {wait['review']}")
+        lines += [f"    {c}" for c in wait["commands"]]
     made = decisions(run_dir)
     if made:
         last = made[-1]

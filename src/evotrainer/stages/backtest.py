@@ -17,9 +17,7 @@ goes on. metrics.json is written last: its presence means every other file of th
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import signal
 import subprocess
 import sys
@@ -27,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evotrainer import runtime
+from evotrainer import runtime, supervisor
 from evotrainer.atomic import copy_tree, read_json, write_json, write_parquet
 from evotrainer.backends import TrainJob
 from evotrainer.contracts import evidence
@@ -174,136 +172,74 @@ def preload_training(cfg, threads: int) -> bool:
     return True
 
 
-def _fork(entry, argument: str, log) -> int:
-    """Fork a child in a session of its own that runs ``entry(argument)`` with stdout/stderr on ``log`` and
-    exits with its status (never returning into the parent's code, never running its atexit hooks)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return pid
-    status = 1
-    try:
-        os.setsid()
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        # Python's own streams onto the new descriptors too (they may not be fds 1 and 2, e.g. captured)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        status = int(entry(argument) or 0)
-    except BaseException:  # noqa: BLE001 - the child reports everything and exits
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+def _fork(entry, argument: str, log) -> supervisor.Child:
+    """Fork a supervised child in a session of its own that runs ``entry(argument)`` with stdout/stderr on
+    ``log`` and exits with its status (never returning into the parent's code, never running its atexit
+    hooks)."""
+    return supervisor.fork(entry, argument, stdout=log, stderr=log)
 
 
 def supervise_command(cmd: list[str], out: Path, hang_s: float) -> dict:
     """Run ``cmd`` in its own session and watch it (``supervise_start``)."""
-    procs: list[subprocess.Popen] = []
-
-    def start(log) -> int:
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        return procs[-1].pid
-
-    try:
-        return supervise_start(start, out, hang_s)
-    finally:
-        for proc in procs:  # reaped by supervise_start: tell Popen, which would otherwise warn it still runs
-            proc.returncode = 0 if proc.returncode is None else proc.returncode
+    return supervise_start(lambda log: supervisor.start(cmd, stdout=log, stderr=subprocess.STDOUT), out, hang_s)
 
 
 def supervise_start(start, out: Path, hang_s: float) -> dict:
-    """Start a child (``start(log_file) -> pid``, a session leader writing to out/train.log), read its
-    heartbeat (out/progress.json) and its result (out/train_result.json); a signal death, a missing
-    result or no heartbeat for ``hang_s`` raises TrainingFailed with the candidate's label."""
+    """Start a child (``start(log_file) -> supervisor.Child``, a session leader writing to out/train.log), read
+    its heartbeat (out/progress.json) and its result (out/train_result.json); a signal death, a missing
+    result or no heartbeat for ``hang_s`` raises TrainingFailed with the candidate's label. However the child
+    ends, nothing it started (a reward worker, say) outlives it. If this process gets SIGTERM, SIGINT or
+    SIGHUP, the training tree is killed first and nothing is labelled (the signal ends this process)."""
     for stale in ("train_result.json", "progress.json"):
         (out / stale).unlink(missing_ok=True)
-    start_time = time.time()
-    with open(out / "train.log", "ab") as log:
-        pid = start(log)
-        last_progress, status, usage = time.time(), None, None
-        while status is None:
-            done, status_word, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                status = status_word
-                break
-            beat = out / "progress.json"
-            if beat.exists():
-                last_progress = max(last_progress, beat.stat().st_mtime)
-            if time.time() - last_progress > hang_s:
-                os.killpg(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                raise TrainingFailed(f"training made no progress for {hang_s:.0f} s (search.train_hang_s); killed. "
-                                     f"See {out / 'train.log'}", "train_timeout")
-            time.sleep(0.2)
-    returncode = os.waitstatus_to_exitcode(status)
-    _kill_leftovers(pid)
-    wall = time.time() - start_time
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        label = _SIGNAL_LABELS.get(sig, "train_crash")
+    with open(out / "train.log", "ab") as log, start(log) as child:
+        child.set_heartbeat(out / "progress.json", hang_s)
+        outcome = child.wait_outcome()
+    if outcome.kind == "hang":
+        raise TrainingFailed(f"training made no progress for {hang_s:.0f} s (search.train_hang_s); killed. "
+                             f"See {out / 'train.log'}", "train_timeout")
+    if outcome.kind == "signal":
+        label = _SIGNAL_LABELS.get(outcome.signal, "train_crash")
         hint = " (the kernel's OOM killer sends SIGKILL)" if label == "oom_killed" else ""
-        raise TrainingFailed(f"training died from signal {signal.Signals(sig).name}{hint}; see {out / 'train.log'}", label)
+        raise TrainingFailed(f"training died from signal {signal.Signals(outcome.signal).name}{hint}; "
+                             f"see {out / 'train.log'}", label)
     result = read_json(out / "train_result.json") if (out / "train_result.json").exists() else None
     if result is None or result.get("status") != "ok":
         label = (result or {}).get("failure_label") or "train_crash"
-        error = (result or {}).get("error") or f"training exited with {returncode} and no result; see {out / 'train.log'}"
+        error = ((result or {}).get("error")
+                 or f"training exited with {outcome.returncode} and no result; see {out / 'train.log'}")
         raise TrainingFailed(error, label)
-    return {"train_wall_s": wall, "train_cpu_s": float(usage.ru_utime + usage.ru_stime),
-            "train_max_rss_mb": float(usage.ru_maxrss) / 1024}
-
-
-def _kill_leftovers(pgid: int) -> None:
-    """Nothing the child started (a reward worker, say) outlives it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    return {"train_wall_s": outcome.wall_s, "train_cpu_s": outcome.cpu_s, "train_max_rss_mb": outcome.max_rss_mb}
 
 
 def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
-    """Trusted evaluation of a trained policy: val with the task's verify, and the exit rollouts."""
-    device = runtime.setup_torch(job.threads, cfg.trainer.device)
+    """Trusted evaluation of a trained policy (the evaluator of backends.rollouts): greedy val with the
+    task's verify, and the exit rollouts, the branch's archived training-style evidence: groups sampled
+    from the final policy under the candidate's own reward on a fixed probe subset (what an evolved
+    diagnostic is backtested on). Multi-turn tasks: greedy val episodes and sampled probe episodes, each
+    with its per-turn table."""
     import pandas as pd
-    import torch
 
-    from evotrainer.backends.local.rollouts import evidence_rows, greedy_rollouts, sample_and_score
-    from evotrainer.policy.tiny import load_policy
+    from evotrainer.backends import rollouts
     from evotrainer.sandbox.harness_code import harness_reward
 
-    out, harness = Path(job.out), Path(job.harness)
+    out, harness, data = Path(job.out), Path(job.harness), Path(job.data_dir)
     log = pd.read_parquet(out / "train_log.parquet")
-    task = task_of(cfg)
-    recipe = load_recipe(harness)
     seed = runtime.seed_for(cfg.seed, job.generation, job.seed_index)
     eval_start = time.time()
-    model, tokenizer = load_policy(out / "policy", device)
-    model.eval()
-    ids = {"policy_id": runtime.policy_id(out / "policy"), "harness_id": harness_id(harness), "seed": seed}
-    if getattr(task, "multi_turn", False):
-        val_frame = _evaluate_episodes(cfg, job, split_name, task, recipe, model, tokenizer, device, seed, ids)
-        return _summary(val_frame, log, job, split_name, usage, eval_start, harness)
+    ids = {"run": cfg.run, "generation": job.generation, "step": job.steps,
+           "policy_id": runtime.policy_id(out / "policy"), "harness_id": harness_id(harness), "seed": seed}
     with harness_reward(harness, cfg.sandbox) as reward:
-        val_frame = greedy_rollouts(
-            model, tokenizer, read_split(Path(job.data_dir) / f"{split_name}.parquet"), task=task, reward=reward,
-            max_len=recipe["max_response_len"], recipe=recipe, batch_size=cfg.rollout.eval_batch_size,
-            autocast=lambda: runtime.autocast(device, cfg.trainer.precision),
-            run=cfg.run, generation=job.generation, split=split_name, step=job.steps, **ids)
-        evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
-        # the branch's archived training-style evidence: groups sampled from the final policy under the
-        # candidate's own reward on a fixed probe subset (what an evolved diagnostic is backtested on)
-        probe_path = Path(job.data_dir) / "probe.parquet"
-        if probe_path.exists():
-            probe = read_split(probe_path).head(EXIT_PROMPTS)
-            with runtime.autocast(device, cfg.trainer.precision):
-                repeated, batch = sample_and_score(model, tokenizer, probe, group_size=recipe["group_size"], recipe=recipe,
-                                                   reward=reward, task=task, generator=torch.Generator().manual_seed(seed + 1))
-            evidence.write(evidence_rows(repeated, batch, group_size=recipe["group_size"], run=cfg.run,
-                                         generation=job.generation, split="probe", step=job.steps, **ids),
-                           out / "exit_rollouts.parquet")
-    return _summary(val_frame, log, job, split_name, usage, eval_start, harness)
+        player = rollouts.evaluator(rollouts.Setting(cfg, task_of(cfg), harness, reward, job.threads),
+                                    policy_dir=out / "policy")
+        val = player.greedy(read_split(data / f"{split_name}.parquet"), split=split_name, **ids)
+        val.write(out / f"{split_name}_rollouts.parquet", out / f"{split_name}_turns.parquet")
+        if (data / "probe.parquet").exists():
+            exit_rollouts = player.sample(read_split(data / "probe.parquet").head(EXIT_PROMPTS),
+                                          group_size=load_recipe(harness)["group_size"], sampling_seed=seed + 1,
+                                          split="probe", **ids)
+            exit_rollouts.write(out / "exit_rollouts.parquet", out / "exit_turns.parquet")
+    return _summary(val.frame, log, job, split_name, usage, eval_start, harness)
 
 
 def _summary(val_frame, log, job: TrainJob, split_name: str, usage: dict, eval_start: float, harness: Path) -> dict:
@@ -315,38 +251,6 @@ def _summary(val_frame, log, job: TrainJob, split_name: str, usage: dict, eval_s
                     f"{split_name}_turns_mean": float(val_frame["turns"].mean()),
                     f"{split_name}_submit_rate": float((val_frame["termination"] == "submitted").mean())}
     return summary
-
-
-def _evaluate_episodes(cfg, job: TrainJob, split_name: str, task, recipe: dict, model, tokenizer, device, seed: int,
-                       ids: dict):
-    """The multi-turn evaluation: greedy val episodes judged by the task's verify (which replays each
-    episode), the reward column from the sandboxed worker; exit rollouts are sampled probe episodes."""
-    import torch
-
-    from evotrainer.backends.local import episodes
-    from evotrainer.contracts import turns as turns_contract
-    from evotrainer.contracts.harness import load_env
-    from evotrainer.sandbox.harness_code import harness_reward
-
-    out, harness = Path(job.out), Path(job.harness)
-    env_knobs = load_env(harness)
-    with harness_reward(harness, cfg.sandbox) as reward:
-        val_frame, val_turns = episodes.episode_rollouts(
-            model, tokenizer, read_split(Path(job.data_dir) / f"{split_name}.parquet"), task=task, recipe=recipe,
-            env_knobs=env_knobs, reward=reward, batch_size=cfg.rollout.eval_batch_size, env_workers=job.threads,
-            run=cfg.run, generation=job.generation, split=split_name, step=job.steps, **ids)
-        turns_contract.write(val_turns, out / f"{split_name}_turns.parquet")
-        evidence.write(val_frame, out / f"{split_name}_rollouts.parquet")
-        probe_path = Path(job.data_dir) / "probe.parquet"
-        if probe_path.exists():
-            probe = read_split(probe_path).head(EXIT_PROMPTS)
-            frame, turns = episodes.episode_rollouts(
-                model, tokenizer, probe, task=task, recipe=recipe, env_knobs=env_knobs, reward=reward,
-                group_size=recipe["group_size"], greedy=False, generator=torch.Generator(device=device).manual_seed(seed + 1),
-                env_workers=job.threads, run=cfg.run, generation=job.generation, split="probe", step=job.steps, **ids)
-            turns_contract.write(turns, out / "exit_turns.parquet")
-            evidence.write(frame, out / "exit_rollouts.parquet")
-    return val_frame
 
 
 def train_child(job_path: str, cfg=None) -> int:

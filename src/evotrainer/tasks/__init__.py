@@ -1,52 +1,43 @@
 """Tasks own their data and their truth: seeded or loaded splits (train / val / probe / test) and the
 trusted ``verify`` that decides correctness. Nothing outside this folder (and ``envs/``) knows a domain.
 
-``load(name, **options)`` returns a task; built-in tasks register with ``@register``; third-party
-packages add tasks through the ``evotrainer.tasks`` entry-point group (the entry point names a Task
-subclass or a factory ``(**options) -> Task``).
+``load(name, **options)`` returns a task. Tasks are plug-ins of the ``TASKS`` registry
+(``evotrainer.loading.Registry``): the built-in tasks below, ``@register(name)`` in code, and third-party
+packages through the ``evotrainer.tasks`` entry-point group (the entry point names a Task subclass or a
+factory ``(**options) -> Task``). A task declares what it ``supports`` and its own config fields
+(``Task.Config``); ``from_config`` passes those fields and ``task.options`` as its options.
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 from collections.abc import Callable
-from importlib.metadata import entry_points
 
-from evotrainer.contracts.task import Task, TaskError, Verification
+from evotrainer.contracts.task import Task, TaskError, Verification, supports_of
+from evotrainer.loading import Registry
 
-# built-in tasks: name -> "module:factory" (imported only when loaded, reasoning-gym is heavy)
-BUILTIN = {
+ENTRY_POINT_GROUP = "evotrainer.tasks"
+TASKS = Registry("task", ENTRY_POINT_GROUP, {  # imported only when used (reasoning-gym is heavy)
     "arithmetic": "evotrainer.tasks.arithmetic:ArithmeticTask",
     "math": "evotrainer.tasks.math:MathTask",
     "reasoning_gym": "evotrainer.tasks.reasoning_gym:ReasoningGymTask",
     "code": "evotrainer.tasks.code:CodeTask",
     "agentic": "evotrainer.tasks.agentic:AgenticTask",
-}
-_REGISTERED: dict[str, Callable[..., Task]] = {}
-ENTRY_POINT_GROUP = "evotrainer.tasks"
+}, TaskError, supports=supports_of)
+BUILTIN = TASKS.builtin  # name -> "module:factory"
+
+register = TASKS.register  # decorator: make a Task class or factory loadable as ``name``
+names = TASKS.names
+describe = TASKS.describe  # name -> one-line description of every installed task (for `evotrainer list`)
 
 
-def register(name: str):
-    """Decorator: make a Task class or factory loadable as ``name``."""
-    def decorate(factory):
-        _REGISTERED[name] = factory
-        return factory
-    return decorate
-
-
-def _factories() -> dict[str, Callable[..., Task] | str]:
-    found: dict[str, Callable[..., Task] | str] = dict(BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
-    return found | _REGISTERED
-
-
-def names() -> list[str]:
-    return sorted(_factories())
+def resolve(name: str) -> Callable[..., Task]:
+    """The Task class or factory installed as ``name`` (TaskError naming the installed tasks if none)."""
+    return TASKS.resolve(name)
 
 
 def load(name: str, **options) -> Task:
-    factory = _resolve(name)
+    factory = TASKS.resolve(name)
     try:
         task = factory(**options)
     except TypeError as err:
@@ -56,29 +47,30 @@ def load(name: str, **options) -> Task:
     return task
 
 
-def _resolve(name: str) -> Callable[..., Task]:
-    factory = _factories().get(name)
-    if factory is None:
-        raise TaskError(f"task {name!r} is not installed; installed tasks: {names()}")
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    return factory
+def supports(name: str) -> frozenset[str]:
+    """What the task installed as ``name`` declares it supports (``Task.supports``), without making it."""
+    return supports_of(TASKS.resolve(name))
 
 
 def is_multi_turn(name: str) -> bool:
-    """Whether the task's rollouts are multi-turn episodes (its factory's ``multi_turn``)."""
-    return bool(getattr(_resolve(name), "multi_turn", False))
+    """Whether the task's rollouts are multi-turn episodes (``"multi_turn"`` in its ``supports``)."""
+    return "multi_turn" in supports(name)
+
+
+def config_fields(name: str) -> tuple[str, ...]:
+    """The names of the task's own config fields (its ``Config`` dataclass; none without one)."""
+    own = getattr(TASKS.resolve(name), "Config", None)
+    return tuple(f.name for f in dataclasses.fields(own)) if own is not None else ()
 
 
 def options_from_config(task_conf) -> dict:
-    """The options a config's ``task`` group gives its task: the fields named by the task's
-    ``config_keys`` plus everything under ``task.options`` (plain Python values, not OmegaConf nodes)."""
+    """The options a config's ``task`` group gives its task: the task's own fields (its ``Config``) plus
+    everything under ``task.options`` (plain Python values, not OmegaConf nodes); a field left null is
+    not passed (the task's default applies)."""
     from omegaconf import DictConfig, OmegaConf
 
     conf = OmegaConf.to_container(task_conf, resolve=True) if isinstance(task_conf, DictConfig) else dict(task_conf)
-    keys = getattr(_resolve(conf["name"]), "config_keys", ())
-    options = {key: conf[key] for key in keys if conf.get(key) is not None}
+    options = {key: conf[key] for key in config_fields(conf["name"]) if conf.get(key) is not None}
     return options | dict(conf.get("options") or {})
 
 
@@ -87,17 +79,5 @@ def from_config(task_conf) -> Task:
     return load(task_conf["name"], **options_from_config(task_conf))
 
 
-def describe() -> dict[str, str]:
-    """name -> one-line description of every installed task (for `evotrainer tasks`)."""
-    out = {}
-    for name in names():
-        try:
-            cls = _resolve(name)
-            out[name] = (getattr(cls, "description", "") or (cls.__doc__ or "").strip()).splitlines()[0]
-        except Exception as err:  # a broken third-party task must not hide the others
-            out[name] = f"(cannot be imported: {type(err).__name__}: {err})"
-    return out
-
-
-__all__ = ["Task", "TaskError", "Verification", "describe", "from_config", "load", "names", "options_from_config",
-           "register"]
+__all__ = ["TASKS", "Task", "TaskError", "Verification", "config_fields", "describe", "from_config", "is_multi_turn",
+           "load", "names", "options_from_config", "register", "resolve", "supports"]

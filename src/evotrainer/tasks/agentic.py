@@ -26,11 +26,14 @@ import functools
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from evotrainer import envs
+from evotrainer.contracts.config_fields import satisfies
 from evotrainer.contracts.task import Task, TaskError, Verification
 from evotrainer.envs.base import InvalidAction, parse_action
 from evotrainer.tasks.partition import PARTITION_OF_SPLIT, check_sizes, partition_of
@@ -41,14 +44,29 @@ REPLAY_LIMITS = {"episode_timeout_s": 3600.0}
 INSTANCE_FIELDS = ("difficulty", "bug_kind", "template")
 
 
+def _installed_env(name: str) -> bool:
+    return name in envs.names()
+
+
+@dataclass
+class AgenticConfig:
+    """``task.env``, ``task.env_options``, ``task.difficulties`` (conf/task/agentic.yaml)."""
+
+    env: str = satisfies("mini_swe", test=_installed_env, allowed="an installed environment (`evotrainer list`)")
+    env_options: dict[str, Any] = field(default_factory=dict)  # options of the environment
+    difficulties: list[int] = field(default_factory=list)  # difficulty of each instance, drawn uniformly; empty = env_options'
+
+
 class AgenticTask(Task):
     """Multi-turn episodes in an environment (mini_swe: fix one bug in a generated Python repo)."""
 
     name = "agentic"
     description = "multi-turn episodes in an environment (default mini_swe: fix a bug, hidden tests decide)"
     max_response_len = 64  # tokens per model turn
-    config_keys = ("env", "env_options", "difficulties")
-    multi_turn = True  # rollouts are episodes (backends/local/multiturn), not single responses
+    # rollouts are episodes (backends/local/multiturn), not single responses; the built-in environments
+    # (mini_swe, swe_local) run the edited programs' tests in the sandbox, and verify replays them
+    supports = frozenset({"multi_turn", "code_execution"})
+    Config = AgenticConfig
 
     def __init__(self, env: str = "mini_swe", env_options: dict | None = None, difficulties: list[int] | None = None):
         self.env = env

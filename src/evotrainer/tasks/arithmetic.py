@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from evotrainer.contracts.config_fields import non_empty, satisfies
 from evotrainer.contracts.harness import DEFAULT_HARNESS
 from evotrainer.contracts.task import Task, TaskError, Verification, messages
 from evotrainer.tasks.partition import PARTITION_OF_SPLIT, PARTITIONS, check_sizes, partition_of
@@ -103,13 +104,35 @@ def _level(value: Any) -> Level:
         raise TaskError(f"task.levels: {value!r} is not a level; write {{operands, max_value, weight}}") from err
 
 
+@dataclass
+class LevelConf:
+    """One difficulty level in the config (``task.levels``): operand count, max operand value, sampling weight."""
+
+    operands: int = 2
+    max_value: int = 99
+    weight: float = 1.0
+
+
+def _valid_ops(ops: str) -> bool:
+    return bool(ops) and not set(ops) - set("+-")
+
+
+@dataclass
+class ArithmeticConfig:
+    """``task.ops``, ``task.levels`` (conf/task/arithmetic.yaml)."""
+
+    ops: str = satisfies("+-", test=_valid_ops, allowed="a non-empty string of '+' and '-'")
+    levels: list[LevelConf] = non_empty(default_factory=list, hint="give at least one {operands, max_value, weight}")
+
+
 class ArithmeticTask(Task):
     """Synthetic +/- arithmetic (23-58+7=); the answer is the integer alone."""
 
     name = "arithmetic"
     description = "synthetic +/- arithmetic (23-58+7=), difficulty = level; built in code"
     max_response_len = 64
-    config_keys = ("ops", "levels")
+    supports = frozenset({"single_turn"})
+    Config = ArithmeticConfig
 
     def __init__(self, ops: str = "+-", levels: Iterable[Any] | None = None):
         if not ops or set(ops) - set("+-"):

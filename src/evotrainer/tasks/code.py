@@ -28,6 +28,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,22 @@ def _close_pools() -> None:
         pool.close()
 
 
+@dataclass
+class CodeConfig:
+    """``task.data_dir`` (source=verl), ``task.weights`` (source=embedded) (conf/task/code.yaml); the rest
+    (source, time_limit_s, memory_mb, workers, ...) comes as ``task.options``."""
+
+    data_dir: str | None = None  # source=verl: a folder with train/val/test.parquet in verl's format
+    weights: list[float] = field(default_factory=list)  # sampling weight of each embedded difficulty level; empty = default
+
+
 class CodeTask(Task):
     """Programs verified by executing hidden tests in the OS sandbox (embedded functions, verl code, HumanEval)."""
 
     name = "code"
     description = "programs run against hidden tests in the sandbox: one-line functions (embedded), verl code, HumanEval"
-    config_keys = ("data_dir", "weights")  # the rest comes as task.options (source, time_limit_s, memory_mb, ...)
+    supports = frozenset({"single_turn", "code_execution"})  # programs run against hidden tests in the sandbox
+    Config = CodeConfig
 
     def __init__(self, source: str = "embedded", data_dir: str | Path | None = None, weights: Any = None,
                  time_limit_s: float | None = None, memory_mb: int = 256, workers: int = 2,

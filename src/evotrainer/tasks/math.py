@@ -27,12 +27,14 @@ import logging
 import re
 import threading
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from evotrainer.contracts.config_fields import required
 from evotrainer.contracts.task import Task, TaskError, Verification, json_safe
 from evotrainer.tasks.harnesses import complete
 
@@ -139,13 +141,22 @@ def _prompt_text(frame: pd.DataFrame) -> pd.Series:
     return frame["prompt"].map(lambda msgs: json.dumps(msgs, sort_keys=True))
 
 
+@dataclass
+class MathConfig:
+    """``task.data_dir`` (conf/task/math.yaml)."""
+
+    data_dir: str | None = required(hint="when task.name=math (a folder with train.parquet, val.parquet, "
+                                         "test.parquet in verl's format)")
+
+
 class MathTask(Task):
     """Your own math problems (verl-format parquet in task.data_dir), verified with math-verify."""
 
     name = "math"
     description = "your verl-format math parquet (task.data_dir), answers verified with math-verify"
     max_response_len = 4096
-    config_keys = ("data_dir",)
+    supports = frozenset({"single_turn"})
+    Config = MathConfig
 
     def __init__(self, data_dir: str | Path | None = None):
         if not data_dir:

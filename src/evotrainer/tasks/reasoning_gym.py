@@ -27,11 +27,13 @@ import json
 import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from evotrainer.contracts.config_fields import ConfigError, non_empty
 from evotrainer.contracts.task import Task, TaskError, Verification, json_safe, messages, metadata_of
 from evotrainer.tasks.harnesses import complete
 from evotrainer.tasks.partition import PARTITION_OF_SPLIT, check_sizes, partition_of
@@ -72,13 +74,31 @@ def _allocate(size: int, weights: Sequence[float]) -> list[int]:
     return counts
 
 
+@dataclass
+class ReasoningGymConfig:
+    """``task.datasets``, ``task.weights``, ``task.dataset_options`` (conf/task/reasoning_gym.yaml)."""
+
+    datasets: list[str] = non_empty(default_factory=list, hint="name reasoning-gym datasets, e.g. [chain_sum, gcd]")
+    weights: list[float] = field(default_factory=list)  # one per dataset; empty = equal
+    dataset_options: dict[str, Any] = field(default_factory=dict)  # {dataset: {key: value}}
+
+    def check(self) -> None:
+        if self.weights and (len(self.weights) != len(self.datasets) or min(self.weights) <= 0):
+            raise ConfigError(f"config: 'task.weights' = {list(self.weights)}: give one positive weight per dataset "
+                              f"of task.datasets {list(self.datasets)}, or none (equal weights)")
+        extra = sorted(set(self.dataset_options) - set(self.datasets))
+        if extra:
+            raise ConfigError(f"config: 'task.dataset_options' names {extra}; allowed: task.datasets {list(self.datasets)}")
+
+
 class ReasoningGymTask(Task):
     """Procedural reasoning-gym datasets by name (task.datasets), verified by their own score_answer."""
 
     name = "reasoning_gym"
     description = "reasoning-gym procedural datasets (task.datasets, weights), verified by their score_answer"
     max_response_len = 4096
-    config_keys = ("datasets", "weights", "dataset_options")
+    supports = frozenset({"single_turn"})
+    Config = ReasoningGymConfig
 
     def __init__(self, datasets: Sequence[str] = ("chain_sum",), weights: Sequence[float] | None = None,
                  dataset_options: dict[str, dict] | None = None, system_prompt: str | None = None):

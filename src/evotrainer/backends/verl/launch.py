@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evotrainer import runtime
+from evotrainer import runtime, supervisor
 from evotrainer.atomic import copy_tree, write_json, write_text
 from evotrainer.backends import TrainJob
 from evotrainer.backends.verl import data as verl_data
@@ -95,30 +95,27 @@ def _last_step(metrics_path: Path) -> int | None:
 
 
 def _run(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, str], on_poll=None) -> None:
-    """Run a verl command with its output in ``log_path``; ``on_poll`` is called every few seconds. What the
-    command leaves running (Ray) is in the training child's process group, which the supervising stage kills."""
+    """Run a verl command with its output in ``log_path``; ``on_poll`` is called every few seconds. The command
+    is supervised (evotrainer.supervisor): past ``timeout_s`` it is killed with everything it started (Ray
+    included, even in sessions of their own), as it is when the supervising stage kills the training child."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout_s
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            while proc.poll() is None:
-                if time.monotonic() > deadline:
-                    raise VerlRunError(f"{cmd[0]} ... timed out after {timeout_s:.0f} s; see {log_path}")
+        with supervisor.start(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              limits=supervisor.Limits(deadline_s=timeout_s)) as child:
+            outcome = None
+            while outcome is None:
                 if on_poll is not None:
                     on_poll()
-                time.sleep(POLL_S)
-            if on_poll is not None:
-                on_poll()  # steps logged since the last poll
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    if proc.returncode != 0:
+                outcome = child.wait_outcome(timeout=POLL_S)
+        if outcome.kind == "deadline":
+            raise VerlRunError(f"{cmd[0]} ... timed out after {timeout_s:.0f} s; see {log_path}")
+        if on_poll is not None:
+            on_poll()  # steps logged since the last poll
+    if outcome.returncode != 0:
         tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        raise VerlRunError(f"verl exited with {proc.returncode}; see {log_path}. Last lines:\n" + "\n".join(tail))
+        raise VerlRunError(f"verl exited with {outcome.returncode}; see {log_path}. Last lines:\n" + "\n".join(tail))
 
 
 def reward_shim(cfg, harness_dir: str | Path, task: Task) -> RewardShim:

@@ -1,4 +1,4 @@
-"""`evotrainer approve | revise | abort`: the decisions at a human gate (evotrainer.search.approvals)."""
+"""`evotrainer approve | revise | abort`: the decisions at an approval (evotrainer.search.approvals)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from evotrainer.cli.inspect import resolve_run
 from evotrainer.layout import RunLayout
 from evotrainer.search import approvals
 
-CONTINUE = "Rerun the same snakemake command to continue (it resumes from the gate)."
+CONTINUE = "Rerun the same snakemake command to continue (it resumes from the approval)."
 
 
 def _decide(command: str, run: str, results: str, act: Callable[..., str]) -> int:
     run_dir = resolve_run(run, results)
     try:
         print(act(run_dir, run_dir.name))
-    except approvals.GateError as err:
+    except approvals.ApprovalError as err:
         print(f"evotrainer {command}: {err}", file=sys.stderr)
         return 2
     return 0
@@ -25,7 +25,7 @@ def _decide(command: str, run: str, results: str, act: Callable[..., str]) -> in
 def approve(run: str, generation: int, stage: str, by: str | None = None, results: str = "results") -> int:
     def act(run_dir, name):
         d = approvals.approve(run_dir, name, generation, stage, by=by)
-        return f"approved gate after_{d['stage']} of run '{name}' generation {generation} (by {d['by']}). {CONTINUE}"
+        return f"approved after_{d['stage']} of run '{name}' generation {generation} (by {d['by']}). {CONTINUE}"
     return _decide("approve", run, results, act)
 
 
@@ -40,6 +40,6 @@ def revise(run: str, generation: int, stage: str, feedback: str, by: str | None 
 def abort(run: str, reason: str | None = None, by: str | None = None, results: str = "results") -> int:
     def act(run_dir, name):
         approvals.abort(run_dir, name, reason=reason, by=by)
-        return (f"run '{name}' aborted; it stops at its pending (or next) human gate. "
+        return (f"run '{name}' aborted; it stops at its pending (or next) approval. "
                 f"Decisions: {RunLayout(run_dir).decisions}")
     return _decide("abort", run, results, act)
