@@ -16,7 +16,8 @@ from evotrainer.layout import RunLayout
 # columns/keys that record when or where, not what
 VOLATILE = {"wall_time", "wall_time_s", "sample_time_s", "train_wall_s", "eval_wall_s", "train_sample_s", "wall_s",
             "recorded_at", "policy_id", "policy", "run", "error", "train_cpu_s", "train_max_rss_mb", "compute",
-            "evidence"}
+            "evidence", "exec_time_s"}
+JSON_COLUMNS = ("task_fields",)  # JSON objects as strings: compared without their VOLATILE keys (a program's run time)
 # the compared files: run layout entries (evotrainer.layout) as globs under the run folder
 PARQUET_GLOBS = tuple(RunLayout.glob(key, **fields) for key, fields in (
     ("split", {}), ("rollouts", {}), ("diagnostics", {}), ("backtest_train_log", {}), ("backtest_val_rollouts", {}),
@@ -39,6 +40,8 @@ def _frame_diff(a: pd.DataFrame, b: pd.DataFrame, tolerance: float) -> list[str]
             problems.append(f"column {column!r} only in {'the first' if column in a else 'the second'}")
             continue
         x, y = a[column].reset_index(drop=True), b[column].reset_index(drop=True)
+        if column in JSON_COLUMNS:
+            x, y = x.map(_without_volatile), y.map(_without_volatile)
         if pd.api.types.is_float_dtype(x) and pd.api.types.is_float_dtype(y):
             delta = (x - y).abs()
             both_nan = x.isna() & y.isna()
@@ -51,6 +54,17 @@ def _frame_diff(a: pd.DataFrame, b: pd.DataFrame, tolerance: float) -> list[str]
                 i = int(bad.idxmax())
                 problems.append(f"{column}: {int(bad.sum())} rows differ (first at row {i}: {x[i]!r} vs {y[i]!r})")
     return problems
+
+
+def _without_volatile(text):
+    """A JSON-object string without its VOLATILE keys (anything else unchanged)."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return text
+    if not isinstance(value, dict):
+        return text
+    return json.dumps({k: v for k, v in value.items() if k not in VOLATILE}, sort_keys=True)
 
 
 def _json_diff(a, b, path: str, tolerance: float) -> list[str]:
