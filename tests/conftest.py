@@ -145,3 +145,19 @@ def finished_run(tmp_path_factory, planted) -> Path:
 
     run_snakemake(workdir, planted, timeout=1800)  # ~3 min alone; generous for a loaded machine
     return workdir / "results" / "default"
+
+
+@pytest.fixture
+def tmpdir_short():
+    """A short TMPDIR of the test's own (Unix socket paths of the fork server must stay under ~100
+    characters); the fork servers started under it are killed after the test."""
+    import shutil
+    import tempfile
+
+    from tests.e2e import fork_servers
+
+    path = Path(tempfile.mkdtemp(prefix="fs", dir="/tmp"))
+    yield path
+    for server in fork_servers(path):
+        server.kill()
+    shutil.rmtree(path, ignore_errors=True)

@@ -30,3 +30,15 @@ def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400)
     result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def fork_servers(tmp: Path) -> list:
+    """The fork servers started under TMPDIR ``tmp`` that still run (from their logs' pid), as psutil processes."""
+    import psutil
+
+    found = []
+    for log in tmp.glob("evotrainer-forkserver-*/*.log"):
+        words = log.read_text().split()
+        if len(words) > 2 and words[2].isdigit() and psutil.pid_exists(int(words[2])):
+            found.append(psutil.Process(int(words[2])))
+    return found

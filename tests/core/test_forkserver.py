@@ -6,37 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.e2e import fork_servers as servers
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def tmpdir_short():
-    """A short TMPDIR of the test's own (Unix socket paths must stay under ~100 characters): its own servers."""
-    path = Path(tempfile.mkdtemp(prefix="fs", dir="/tmp"))
-    yield path
-    for server in servers(path):
-        server.kill()
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def servers(tmp: Path) -> list[psutil.Process]:
-    found = []
-    for log in tmp.glob("evotrainer-forkserver-*/*.log"):
-        words = log.read_text().split()
-        if len(words) > 2 and words[2].isdigit() and psutil.pid_exists(int(words[2])):
-            found.append(psutil.Process(int(words[2])))
-    return found
 
 
 def env_for(tmp: Path, forkserver: bool) -> dict[str, str]:

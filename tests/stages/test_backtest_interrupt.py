@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import psutil
 import pytest
 
 from tests.core.test_supervisor import gone
+from tests.e2e import fork_servers as servers
 
 
 @pytest.fixture
@@ -40,25 +39,6 @@ def backtest_job(tmp_path, tiny_policy, splits):
             str(tiny_policy), "--harness", str(DEFAULT_HARNESS), "--candidate", str(folder), "--data-dir",
             str(tmp_path / "data"), "--out-dir", str(out), "--generation", "0", "--steps", "5000", "--threads", "1"]
     return argv, out
-
-
-@pytest.fixture
-def short_tmpdir():
-    """A TMPDIR of the test's own (fork server sockets need short paths); its fork servers are killed after."""
-    path = Path(tempfile.mkdtemp(prefix="bi", dir="/tmp"))
-    yield path
-    for server in fork_servers(path):
-        server.kill()
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def fork_servers(tmp: Path) -> list[psutil.Process]:
-    found = []
-    for log in tmp.glob("evotrainer-forkserver-*/*.log"):
-        words = log.read_text().split()
-        if len(words) > 2 and words[2].isdigit() and psutil.pid_exists(int(words[2])):
-            found.append(psutil.Process(int(words[2])))
-    return found
 
 
 def wait_for_training(stage: subprocess.Popen, out: Path, log: Path) -> None:
@@ -118,19 +98,19 @@ def test_an_interrupted_backtest_stage_leaves_no_process_behind(tmp_path, backte
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_backtest_job_interrupted_through_the_fork_server_leaves_no_process_behind(tmp_path, backtest_job,
-                                                                                    short_tmpdir, signum):
+                                                                                    tmpdir_short, signum):
     """SIGTERM: the client forwards it to the job, whose supervisor kills the training tree. SIGKILL: the
     server kills the job of a client gone; the training child and the reward worker follow by their
     parent-death signals."""
     argv, out = backtest_job
     log = tmp_path / "stage.log"
-    env = dict(os.environ, EVOTRAINER_FORKSERVER="1", EVOTRAINER_FORKSERVER_IDLE_S="20", TMPDIR=str(short_tmpdir))
+    env = dict(os.environ, EVOTRAINER_FORKSERVER="1", EVOTRAINER_FORKSERVER_IDLE_S="20", TMPDIR=str(tmpdir_short))
     with open(log, "wb") as stream:
         client = subprocess.Popen(argv, stdout=stream, stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
     processes = {}
     try:
         wait_for_training(client, out, log)
-        (server,) = fork_servers(short_tmpdir)
+        (server,) = servers(tmpdir_short)
         (job,) = server.children()
         processes = tree(job.pid)
         assert any("evotrainer.sandbox.reward_worker" in cmdline for cmdline in list(processes.values())[2:])
