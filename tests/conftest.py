@@ -11,6 +11,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """Tests send SIGINT to processes they start, as Ctrl-C would. A shell without job control starts a
+    background command (`bash .ci/run &`, nohup) with SIGINT ignored, and an ignored signal stays ignored in
+    every process exec'd below it, so those processes would never see the Ctrl-C: give this process (and so
+    its children) SIGINT's default back."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests need a CUDA device: skipped with the reason where torch sees none (torch is imported only
     when a `gpu` test was collected)."""
