@@ -200,12 +200,3 @@ def print_config(overrides: list[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 2
     return 0
-
-
-def list_tasks() -> int:
-    """`evotrainer tasks`: every installed task (built in or through the evotrainer.tasks entry points)."""
-    from evotrainer.tasks import describe
-
-    for name, line in describe().items():
-        print(f"{name:16s} {line}")
-    return 0
