@@ -44,3 +44,14 @@ def test_tasks_command_lists_the_builtin_tasks(capsys):
     assert main(["tasks"]) == 0
     listed = capsys.readouterr().out
     assert all(name in listed for name in ("arithmetic", "math", "reasoning_gym", "code", "agentic"))
+
+
+def test_a_listing_piped_into_head_ends_quietly():
+    """`evotrainer list | head -1`: the reader leaves early; no BrokenPipeError traceback, exit 0."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(f"'{sys.executable}' -m evotrainer.cli list | head -1", shell=True, capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.startswith("tasks (entry-point group evotrainer.tasks)")
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr

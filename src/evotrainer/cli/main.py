@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     # an option left out is None: passed as None where the function has no default, else its default applies
     params = inspect.signature(entry).parameters
     args = {k: v for k, v in args.items() if v is not None or (k in params and params[k].default is inspect.Parameter.empty)}
-    status = entry(**args)
+    try:
+        status = entry(**args)
+    except BrokenPipeError:  # `evotrainer list | head`: the reader left; no traceback, and none at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return status if isinstance(status, int) else 0  # stage functions return None (or what they built)
 
 
