@@ -12,7 +12,7 @@ import torch
 from evotrainer import tasks
 from evotrainer.backends import rollouts
 from evotrainer.backends.local.rollouts import evidence_rows, greedy_rollouts, sample_and_score
-from evotrainer.config import compose
+from evotrainer.config import ConfigError, compose
 from evotrainer.contracts import evidence
 from evotrainer.contracts import turns as turns_contract
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
@@ -85,6 +85,17 @@ def test_a_rollout_kind_that_cannot_play_the_task_is_refused_by_name():
         rollouts.check_supported("no_such_engine", agentic)
 
 
+def test_vllm_samples_the_loops_evidence_and_never_scores(cfg, task):
+    """vLLM is for the rollout stage's samples; greedy scores are the local evaluator's (no vLLM needed to see it)."""
+    player = rollouts.player(rollouts.Setting(cfg, task, DEFAULT_HARNESS, None), "vllm", policy_dir="unused")
+    for score in (lambda: player.greedy(pd.DataFrame()), lambda: player.accuracy(pd.DataFrame())):
+        with pytest.raises(rollouts.RolloutError, match="samples the loop's evidence only"):
+            score()
+    on_vllm = compose(["experiment=quick", "rollout=vllm"])  # the loop samples with vLLM; scoring stays local
+    assert isinstance(rollouts.evaluator(rollouts.Setting(on_vllm, task, DEFAULT_HARNESS, None),
+                                         model=object(), tokenizer=object()), rollouts.LocalPlayer)
+
+
 def test_a_registered_player_is_found_by_its_rollout_name(cfg, task, splits):
     class Scripted:
         """Answers every prompt with its ground truth (a stand-in engine from a plug-in package)."""
@@ -113,5 +124,9 @@ def test_a_registered_player_is_found_by_its_rollout_name(cfg, task, splits):
         played = player.sample(splits["probe"].head(3), group_size=2, sampling_seed=1, seed=1, **IDS)
         assert played.frame["correct"].all() and len(played.frame) == 6
         assert "scripted" in rollouts.ROLLOUTS.names()
+        assert compose(["rollout.name=scripted"]).rollout.name == "scripted"  # the config takes it by name
+        with pytest.raises(ConfigError, match=r"rollout.name=scripted plays \['single_turn'\] rollouts; "
+                                              r"task=agentic needs multi_turn"):
+            compose(["rollout.name=scripted", "task=agentic"])
     finally:
         rollouts.ROLLOUTS._registered.pop("scripted", None)

@@ -338,5 +338,9 @@ def test_an_installed_task_brings_its_own_config_fields(installed, monkeypatch):
         agent = make_agent(OmegaConf.create({"name": "echo"}))
         assert type(agent).__name__ == "EchoAgent" and agent.cfg.name == "echo"
         assert trainer("nothing").__module__ == "evo_plugin_demo"
+        # the config takes the installed agent and trainer by name, and names the installed ones for a typo
+        assert compose(["agent.name=echo", "trainer.name=nothing"]).agent.name == "echo"
+        with pytest.raises(ConfigError, match=r"'agent.name' = 'ech' is not allowed; choose one of \[.*'echo'.*\]"):
+            compose(["agent.name=ech"])
     finally:
         sys.modules.pop("evo_plugin_demo", None)

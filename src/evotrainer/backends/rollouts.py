@@ -183,7 +183,8 @@ hf.supports = frozenset({"single_turn", "multi_turn"})
 
 
 class VllmPlayer:
-    """vLLM's offline engine (backends.vllm_rollout); a fresh engine per call, so the GPU is free between them."""
+    """vLLM's offline engine (backends.vllm_rollout), for the rollout stage's sampling only (a fresh engine per
+    call, so the GPU is free between them); evaluation is the evaluator's, never vLLM's."""
 
     supports = frozenset({"single_turn"})
 
@@ -192,29 +193,22 @@ class VllmPlayer:
             raise RolloutError("rollout=vllm plays a saved policy directory, not a model in memory")
         self.s, self.recipe, self.policy_dir = setting, setting.recipe, str(policy_dir)
 
-    def _run(self, prompts, *, recipe: dict, sampling_seed: int, greedy: bool, reward, **ids) -> Rollouts:
+    def sample(self, prompts, *, group_size, sampling_seed, **ids):
         from evotrainer.backends import vllm_rollout
 
-        rollout = self.s.cfg.rollout
-        outputs = vllm_rollout.sample(self.policy_dir, prompts, recipe, seed=sampling_seed, greedy=greedy,
+        recipe, rollout = dict(self.recipe, group_size=group_size), self.s.cfg.rollout
+        outputs = vllm_rollout.sample(self.policy_dir, prompts, recipe, seed=sampling_seed,
                                       tensor_parallel_size=rollout.tensor_parallel_size,
                                       gpu_memory_utilization=rollout.gpu_memory_utilization)
-        return Rollouts(vllm_rollout.evidence_rows(outputs, prompts, recipe=recipe, reward=reward, task=self.s.task,
-                                                   **ids))
-
-    def sample(self, prompts, *, group_size, sampling_seed, **ids):
-        return self._run(prompts, recipe=dict(self.recipe, group_size=group_size), sampling_seed=sampling_seed,
-                         greedy=False, reward=self.s.reward, **ids)
+        return Rollouts(vllm_rollout.evidence_rows(outputs, prompts, recipe=recipe, reward=self.s.reward,
+                                                   task=self.s.task, **ids))
 
     def greedy(self, prompts, **ids):
-        return self._run(prompts, recipe=dict(self.recipe, group_size=1), sampling_seed=ids.get("seed", 0),
-                         greedy=True, reward=self.s.reward, **ids)
+        raise RolloutError("rollout=vllm samples the loop's evidence only; scores come from the local evaluator "
+                           "(backends.rollouts.evaluator), the same trusted code for every arm")
 
     def accuracy(self, prompts):
-        ids = {"run": "", "generation": 0, "split": "val", "step": 0, "policy_id": "", "harness_id": "", "seed": 0}
-        frame = self._run(prompts, recipe=dict(self.recipe, group_size=1), sampling_seed=0, greedy=True, reward=None,
-                          **ids).frame
-        return float(frame["correct"].mean()) if len(frame) else 0.0
+        return self.greedy(prompts)
 
 
 def check_supported(kind: str, task: Task | type) -> None:
