@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 # nothing. They are not rule inputs: a new search.generations extends a run instead of redoing it.
 onstart:
     write_run_configs(RESULTS, {name: RUN_CONFIGS[name] for name in runs_with_jobs(workflow.dag)})
+    end_jobs_on_terminate()  # installed here: Snakemake sets its own SIGTERM handler just before onstart
 
 
 include: "workflow/rules/approvals.smk"

@@ -189,7 +189,7 @@ class TrainerConf:
 @dataclass
 class RolloutConf:
     name: str = installed("hf", ROLLOUTS)  # evotrainer.plugins: hf, vllm, or an installed plug-in
-    split: str = one_of("probe", "probe", "train", "val")
+    split: str = one_of("probe", "probe", "train")  # never val or test: harness code and agents read these rollouts
     eval_batch_size: int = 512
     tensor_parallel_size: int = between(1, 1, 64)  # rollout.name=vllm only
     gpu_memory_utilization: float = between(0.5, 0.05, 0.99)  # rollout.name=vllm only
@@ -250,7 +250,24 @@ class DiagnosticsSearchConf:
     collapse_drop: float = 0.10  # a branch this far below its control's val accuracy counts as collapsed
     min_bad_recall: float = between(1.0, 0.0, 1.0)  # share of known-bad branches the change must flag
     max_good_flag_rate: float = between(0.0, 0.0, 1.0)  # share of known-good branches it may flag
-    timeout_s: float = between(60.0, 1.0, 3600.0)  # wall-clock limit for the candidate diagnostics over all archived evidence
+    timeout_s: float = between(60.0, 1.0, 3600.0)  # wall-clock limit for the candidate diagnostics on each evidence set
+    total_timeout_s: float | None = between(None, 1.0, 86400.0)  # over all sets together (None: timeout_s + 10 s a set)
+
+
+@dataclass
+class BacktestBudgetConf:
+    """Per-backtest budgets (evotrainer.stages.backtest.backtest_budget): a candidate may take at most
+    time_factor x its generation's control's recorded wall (training + evaluation) and training CPU seconds (never
+    less than min_s) and sample samples_factor x its responses, where the control ran first and succeeded; every
+    backtest at most max_s seconds and max_responses_per_step x steps responses (scaled to its steps), the
+    reward worker's scratch at most disk_mb. Over -> backtest_over_budget / sandbox_disk."""
+
+    time_factor: float = between(4.0, 1.0, 1000.0)
+    min_s: float = between(600.0, 0.0, 2592000.0)
+    max_s: float = between(86400.0, 1.0, 2592000.0)
+    samples_factor: float = between(8.0, 1.0, 1000.0)
+    max_responses_per_step: int = between(16384, 0, 10**9)  # 0: no absolute cap on sampled responses
+    disk_mb: float = between(2048.0, 1.0, 10**7)
 
 
 @dataclass
@@ -275,6 +292,7 @@ class SearchConf:
     gates: bool = True
     train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
     diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())
+    backtest_budget: BacktestBudgetConf = field(default_factory=lambda: BacktestBudgetConf())
 
 
 @dataclass

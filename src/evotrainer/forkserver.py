@@ -10,28 +10,41 @@ argv, it returns the exit status): names, because the server is another interpre
 its command line.
 
 The client (``python -m evotrainer.cli`` with ``EVOTRAINER_FORKSERVER=1``, which the Snakefile sets for
-local runs) connects to a Unix socket, starts the server there if none answers, and sends its argv, working
-directory, environment, umask and its standard streams (the descriptors themselves). The server forks;
-the child becomes that command: the client's streams on 0/1/2, its directory, its environment, a session
-of its own; it runs the entry (the command table) and exits with its status, which the server sends
-back. The client forwards SIGINT/SIGTERM/SIGHUP to the child's process group and exits as the child did
-(the same code, or the same signal). A client that disappears (killed by Snakemake) gets its child killed. The server only
-ever imports trusted modules (never a harness or a candidate), never touches CUDA before a fork, and exits
+local runs) connects to a Unix socket, starts the server there if none answers, and sends the server's
+secret, its argv, working directory, umask, the thread-count variables Snakemake sets per job
+(``JOB_ENV``, digits only) and its standard streams (the descriptors themselves). The server forks; the
+child becomes that command: the client's streams on 0/1/2, its directory, a session of its own, and the
+server's own environment and import path (never the request's); it runs the entry (the command table)
+and exits with its status, which the server sends back. The client forwards SIGINT/SIGTERM/SIGHUP to the
+child's process group and exits as the child did (the same code, or the same signal). A client that
+disappears (killed by Snakemake) gets its child killed. The server only ever imports trusted modules (never a harness or a candidate), never touches CUDA before a fork, and exits
 after ``EVOTRAINER_FORKSERVER_IDLE_S`` (default 30) seconds without a child or a request.
 
 Servers are keyed by the interpreter, its import path, the evotrainer sources (paths, sizes, mtimes), the
-entry and preload names, and the environment variables read at import time (PYTHON*, HF_*, TORCH*, ...):
-an edit or a different environment gets a new server. Anything that goes wrong before the fork makes the
-client run the entry in-process, as without the server, after a one-line note on stderr.
+entry and preload names, and the whole environment but ``JOB_ENV``, a shell's ``SHELL_ENV`` and this
+module's own two switches: an edit or a different environment gets a new server, so a child that runs
+with its server's environment (the one its first client started it with) runs with its client's. Anything that goes wrong before the
+fork makes the client run the entry in-process, as without the server, after a one-line note on stderr.
+
+Who may ask: the socket and a per-server secret (``KEY.token``, 64 hex characters from ``secrets``, mode
+0600) lie in a 0700 directory of the user's temporary directory, which the OS sandbox does not mount (it
+has a private ``/tmp``); a request must carry the secret (compared with ``hmac.compare_digest``) and come
+from the server's uid (SO_PEERCRED), else it is refused and logged. Under ``sandbox.isolation: process``
+(same uid, host filesystem) the sandboxed workers' audit hook refuses to open these files and their
+seccomp filter refuses ``connect`` outright, so harness code can neither read the secret nor reach the
+socket (docs/sandbox.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import importlib
 import json
 import os
+import re
+import secrets
 import selectors
 import signal
 import socket
@@ -44,9 +57,15 @@ from pathlib import Path
 
 ENV_FLAG = "EVOTRAINER_FORKSERVER"
 IDLE_ENV = "EVOTRAINER_FORKSERVER_IDLE_S"
-# environment variables that change what an import does; the rest reaches the child but keys no server
-KEY_ENV_PREFIXES = ("PYTHON", "HF_", "TRANSFORMERS", "TORCH", "PYTORCH", "CUDA", "LD_", "TOKENIZERS", "XDG_CACHE",
-                    "EVOTRAINER", "VIRTUAL_ENV", "CONDA_PREFIX")
+OWNER_ENV = "EVOTRAINER_RUN_PID"  # the run (the snakemake process) the server serves: it ends when that ends
+# what Snakemake sets per job from the rule's threads: the only variables a request carries (digits only); every
+# other variable keys the server, and the child runs with the server's values
+JOB_ENV = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+           "NUMEXPR_NUM_THREADS")
+# a shell's bookkeeping, which differs between Snakemake's job shells (SHLVL: 1 without a redirection, 2 with
+# one) and means nothing to a Python command: keys no server; the child gets PWD = its working directory
+SHELL_ENV = ("SHLVL", "_", "PWD", "OLDPWD")
+MAX_REQUEST = 1 << 20  # bytes of request JSON (argv, cwd, umask, JOB_ENV, the secret)
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 CONNECT_WAIT_S = 30.0  # how long a client waits for a server it started to listen
 REPLY_WAIT_S = 600.0  # how long it waits for the fork (the server may still be importing on a loaded machine)
@@ -55,7 +74,7 @@ REPLY_WAIT_S = 600.0  # how long it waits for the fork (the server may still be 
 # ---------------------------------------------------------------------------------------------- key
 def server_key(entry: str, preload: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
     """Which server may fork this command: same interpreter, import path, sources, entry, preloads and
-    import-time env."""
+    environment (but ``JOB_ENV`` and ``SHELL_ENV``)."""
     env = os.environ if env is None else env
     package = Path(__file__).resolve().parent
     sources = []
@@ -63,8 +82,8 @@ def server_key(entry: str, preload: Sequence[str] = (), env: dict[str, str] | No
         with contextlib.suppress(OSError):
             st = path.stat()
             sources.append((str(path.relative_to(package)), st.st_size, st.st_mtime_ns))
-    keyed_env = sorted((k, v) for k, v in env.items()
-                       if k.startswith(KEY_ENV_PREFIXES) and not k.startswith((ENV_FLAG, IDLE_ENV)))
+    unkeyed = {*JOB_ENV, *SHELL_ENV, ENV_FLAG, IDLE_ENV}
+    keyed_env = sorted((k, v) for k, v in env.items() if k not in unkeyed)
     blob = json.dumps([sys.executable, sys.version, sys.path, str(package), sources, entry, list(preload),
                        keyed_env])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -108,6 +127,10 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
             os.close(fd)
         raise ValueError("short request")
     (size,) = struct.unpack("!I", data[:4])
+    if size > MAX_REQUEST:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError(f"request of {size} bytes")
     payload = bytearray(data[4:])
     while len(payload) < size:
         chunk = conn.recv(min(65536, size - len(payload)))
@@ -129,10 +152,10 @@ def run_via_server(argv: list[str], entry: str, preload: Sequence[str] = ()) -> 
     in-process where no server can be had."""
     sock = None
     try:
-        sock = _connect(entry, tuple(preload))
+        sock, token = _connect(entry, tuple(preload))
         if sock is not None:
-            request = {"argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
-                       "umask": _current_umask(), "sys_path": sys.path}
+            request = {"token": token, "argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(),
+                       "umask": _current_umask(), "job_env": {k: os.environ[k] for k in JOB_ENV if k in os.environ}}
             payload = json.dumps(request).encode()
             socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload[:1024]], [0, 1, 2])
             sock.sendall(payload[1024:])
@@ -163,17 +186,41 @@ def _current_umask() -> int:
     return mask
 
 
-def _connect(entry: str, preload: tuple[str, ...]) -> socket.socket | None:
+def token_path(socket_path: str | Path) -> Path:
+    """Where the server at ``socket_path`` keeps the secret its clients send."""
+    return Path(socket_path).with_suffix(".token")
+
+
+def _connect(entry: str, preload: tuple[str, ...]) -> tuple[socket.socket | None, str]:
+    """A connection to the server for this key (started if none answers) and its secret; (None, "") where no
+    private socket directory can be had."""
     directory = socket_dir()
     if directory is None:
-        return None
+        return None, ""
     key = server_key(entry, preload)
     path = directory / f"{key}.sock"
     if len(str(path)) > 100:  # AF_UNIX paths are short
-        return None
+        return None, ""
     sock = _try_connect(path)
-    if sock is not None:
-        return sock
+    if sock is None:
+        sock = _start_and_connect(directory, key, path, entry, preload)
+    try:  # written before the server listens: whoever answers on the socket wrote the secret beside it
+        return sock, _read_token(path)
+    except OSError:
+        sock.close()
+        raise
+
+
+def _read_token(path: Path) -> str:
+    fd = os.open(token_path(path), os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as file:
+        st = os.fstat(file.fileno())
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise OSError(f"{token_path(path)} is not private to this user")
+        return file.read(256).strip()
+
+
+def _start_and_connect(directory: Path, key: str, path: Path, entry: str, preload: tuple[str, ...]) -> socket.socket:
     import fcntl
 
     with open(directory / f"{key}.lock", "a") as lock:
@@ -206,8 +253,9 @@ def _try_connect(path: Path) -> socket.socket | None:
 def _spawn_server(path: Path, log_path: Path, entry: str, preload: tuple[str, ...]) -> None:
     import subprocess
 
-    with open(log_path, "w") as log:
-        subprocess.Popen([sys.executable, "-m", "evotrainer.forkserver", str(path), entry, *preload],
+    with open(log_path, "w") as log:  # the server inherits this environment; it gets this import path
+        subprocess.Popen([sys.executable, "-m", "evotrainer.forkserver", str(path), entry, json.dumps(sys.path),
+                          *preload],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          close_fds=True)
 
@@ -245,10 +293,15 @@ def _preload(names: Sequence[str]) -> list[str]:
     return failed
 
 
-def serve(path: str, entry: str, preload: Sequence[str] = ()) -> None:
-    """Listen on ``path``, preload (the entry's module first), then fork one child per request, which runs
-    ``entry``, until idle."""
+def serve(path: str, entry: str, preload: Sequence[str] = (), import_path: Sequence[str] | None = None) -> None:
+    """Write the secret, listen on ``path``, preload (the entry's module first), then fork one child per
+    authentic request, which runs ``entry`` with this process's environment as it started and
+    ``import_path`` (the starting client's ``sys.path``; default: this one's), until idle."""
     idle_s = float(os.environ.get(IDLE_ENV, "30"))
+    if import_path is not None:
+        sys.path[:] = list(import_path)
+    base = {"env": dict(os.environ), "sys_path": list(sys.path)}  # before any preload can change them
+    token = _write_token(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     os.chmod(path, 0o600)
@@ -269,12 +322,18 @@ def serve(path: str, entry: str, preload: Sequence[str] = ()) -> None:
     selector.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}
     last_activity = time.monotonic()
+    owner = _owner()
     while True:
+        if owner is not None and _start_time(owner[0]) != owner[1]:  # the run ended (or was interrupted)
+            for pid in children:
+                _kill_group(pid, signal.SIGKILL)
+            _reap(children, selector)
+            break
         for key, _ in selector.select(timeout=1.0):
             if key.data == "accept":
                 conn, _ = listener.accept()
                 last_activity = time.monotonic()
-                pid = _start_child(conn, listener, selector, wake_r, wake_w, entry)
+                pid = _start_child(conn, selector, wake_w, entry, token, base)
                 if pid is None:
                     conn.close()
                     continue
@@ -295,7 +354,60 @@ def serve(path: str, entry: str, preload: Sequence[str] = ()) -> None:
     with contextlib.suppress(OSError):
         if os.stat(path).st_ino == inode:  # still ours, not a successor's
             os.unlink(path)
+    with contextlib.suppress(OSError):
+        if _read_token(Path(path)) == token:
+            os.unlink(token_path(path))
     listener.close()
+
+
+def _owner() -> tuple[int, int | None] | None:
+    """The run this server serves (``$EVOTRAINER_RUN_PID``, set by the workflow for local runs) and its start
+    time: the server stops, killing its children, within a second of that process ending; None: no owner."""
+    try:
+        pid = int(os.environ.get(OWNER_ENV, ""))
+    except ValueError:
+        return None
+    start = _start_time(pid)
+    return (pid, start) if start is not None else None
+
+
+def _start_time(pid: int) -> int | None:
+    """A process's start time (from /proc; a reused pid has another), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _write_token(path: str) -> str:
+    """A fresh secret in ``KEY.token`` beside the socket (0600, replaced atomically), before the socket exists."""
+    token = secrets.token_hex(32)
+    final = token_path(path)
+    temporary = final.with_name(f"{final.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(token + "\n")
+    os.replace(temporary, final)
+    return token
+
+
+def _authentic(request: object, token: str) -> str | None:
+    """Why ``request`` is refused (None: it carries the secret and well-formed fields)."""
+    if not isinstance(request, dict):
+        return "not a JSON object"
+    given = request.get("token")
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+        return "no valid secret"
+    if not (isinstance(request.get("argv"), list) and all(isinstance(a, str) for a in request["argv"])
+            and isinstance(request.get("argv0"), str) and isinstance(request.get("cwd"), str)
+            and isinstance(request.get("umask"), int) and isinstance(request.get("job_env", {}), dict)):
+        return "malformed fields"
+    return None
 
 
 def _reap(children: dict[int, socket.socket], selector) -> None:
@@ -316,17 +428,24 @@ def _reap(children: dict[int, socket.socket], selector) -> None:
         conn.close()
 
 
-def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r: int, wake_w: int,
-                 entry: str) -> int | None:
+def _start_child(conn: socket.socket, selector, wake_w: int, entry: str, token: str, base: dict) -> int | None:
     conn.settimeout(30.0)
+    peer_pid = "?"
     try:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _peer_pid, peer_uid, _peer_gid = struct.unpack("3i", creds)
+        peer_pid, peer_uid, _peer_gid = struct.unpack("3i", creds)
         if peer_uid != os.getuid():
+            print(f"refused a request from pid {peer_pid}: uid {peer_uid} is not the server's", flush=True)
             return None
         request, fds = _recv_request(conn)
     except (OSError, ValueError) as err:
-        print(f"bad request: {err}", flush=True)
+        print(f"refused a request from pid {peer_pid}: bad request: {err}", flush=True)
+        return None
+    reason = _authentic(request, token)
+    if reason is not None:
+        for fd in fds:
+            os.close(fd)
+        print(f"refused a request from pid {peer_pid}: {reason}", flush=True)
         return None
     pid = os.fork()
     if pid == 0:
@@ -338,7 +457,7 @@ def _start_child(conn: socket.socket, listener: socket.socket, selector, wake_r:
                     key.fileobj.close()
         selector.close()
         os.close(wake_w)
-        _become_command(request, fds, conn, entry)
+        _become_command(request, fds, conn, entry, base)
     for fd in fds:
         os.close(fd)
     try:
@@ -361,8 +480,9 @@ def _kill_group(pid: int, signum: int) -> None:
         pass
 
 
-def _become_command(request: dict, fds: list[int], conn: socket.socket, entry: str) -> None:
-    """In the forked child: take on the client's process state, run the entry, exit with its status."""
+def _become_command(request: dict, fds: list[int], conn: socket.socket, entry: str, base: dict) -> None:
+    """In the forked child: take on the client's streams, directory, umask, argv and thread counts (the rest of
+    its environment equals the server's: the key says so), run the entry, exit with its status."""
     status, interrupted = 1, False
     try:
         signal.set_wakeup_fd(-1)
@@ -377,9 +497,18 @@ def _become_command(request: dict, fds: list[int], conn: socket.socket, entry: s
         os.chdir(request["cwd"])
         os.umask(int(request["umask"]))
         os.environ.clear()
-        os.environ.update(request["env"])
-        tempfile.tempdir = None  # the client's TMPDIR, not the server's
-        sys.path[:] = request["sys_path"]
+        os.environ.update(base["env"])  # as the server started, never the request's
+        job_env = request.get("job_env") or {}
+        for name in JOB_ENV:
+            value = job_env.get(name)
+            if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)
+        if "PWD" in os.environ:
+            os.environ["PWD"] = os.getcwd()
+        tempfile.tempdir = None  # recomputed from TMPDIR
+        sys.path[:] = base["sys_path"]
         sys.argv = [request["argv0"], *request["argv"]]
         line_buffered = os.isatty(1) or bool(os.environ.get("PYTHONUNBUFFERED"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115
@@ -419,5 +548,5 @@ def _become_command(request: dict, fds: list[int], conn: socket.socket, entry: s
         os._exit(status & 0xFF)
 
 
-if __name__ == "__main__":  # python -m evotrainer.forkserver SOCKET ENTRY [PRELOAD ...] (see _spawn_server)
-    serve(sys.argv[1], sys.argv[2], sys.argv[3:])
+if __name__ == "__main__":  # python -m evotrainer.forkserver SOCKET ENTRY SYS_PATH_JSON [PRELOAD ...] (_spawn_server)
+    serve(sys.argv[1], sys.argv[2], sys.argv[4:], json.loads(sys.argv[3]))

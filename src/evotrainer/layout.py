@@ -61,6 +61,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GENERATION = "gen{g}"  # a generation's folder
+# beside the runs, in the results folder itself: the split secret all its runs share (evotrainer.split_secret;
+# never inside a run folder, never handed to a sandbox)
+SPLIT_SECRET = ".evotrainer/split_secret"
 
 # the files of one training run (a backtest or a baseline arm), relative to its folder
 TRAINING_RUN: dict[str, str] = {

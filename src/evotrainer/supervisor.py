@@ -593,6 +593,29 @@ def kill_tree(pid: int) -> set[int]:
     return _kill_processes({pid}, session=pid, tracked={}, keep={pid})
 
 
+def end_descendants(signum: int = signal.SIGTERM, grace_s: float = 5.0) -> set[int]:
+    """Send ``signum`` to every live descendant of this process now, and SIGKILL what is left of them (and what
+    they started meanwhile) ``grace_s`` seconds later, from a daemon thread; returns the pids signalled.
+
+    For a process that runs jobs it did not start through ``start``/``fork`` (the Snakemake scheduler's job
+    shells): the jobs get the signal first, so a supervising job kills its own trees and dies of it, and
+    nothing outlives the grace period."""
+    table = _table()
+    tree = {p for p in _descendants({os.getpid()}, table) if table[p][2] not in "ZX"}
+    for pid in tree:
+        _signal(pid, signum)
+
+    def finish() -> None:
+        time.sleep(grace_s)
+        left = {p for p in tree if p in (now := _table()) and now[p][3] == table[p][3]}
+        later = {p for p in _descendants({os.getpid()}, now) if now[p][2] not in "ZX"}
+        if left or later:
+            _kill_processes(left | later, session=None, tracked={}, keep=set())
+
+    threading.Thread(target=finish, name="evotrainer-end-descendants", daemon=True).start()
+    return tree
+
+
 def _signal(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signum)
@@ -813,4 +836,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = ["INTERRUPT_SIGNALS", "KINDS", "Child", "Completed", "Interrupted", "Limits", "Outcome", "descendants",
-           "fork", "kill_tree", "run", "start"]
+           "end_descendants", "fork", "kill_tree", "run", "start"]

@@ -173,8 +173,9 @@ def test_exported_data_loads_with_verl_rlhf_dataset(tmp_path, task, splits, verl
     item, row = dataset[3], splits["val"].iloc[3]
     assert item["raw_prompt"] == list(row["prompt"]) and item["ability"] == task.name == "arithmetic"
     assert item["reward_model"] == {"style": "rule", "ground_truth": row["ground_truth"]}
-    assert item["extra_info"] == {"split": "val", "index": 3, "prompt_id": row["prompt_id"], "difficulty": row["difficulty"],
+    assert item["extra_info"] == {"index": 3, "prompt_id": row["prompt_id"], "difficulty": row["difficulty"],
                                   **json.loads(row["metadata"]), verl_data.METADATA_KEY: row["metadata"]}
+    assert "split" not in item["extra_info"]  # the harness reward cannot tell val rows from training rows
     assert item["index"] == 3
     # verl tokenizes exactly what the local sampler feeds the model (one renderer: evotrainer.policy.chat)
     local_ids, _ = encode_prompts(tokenizer, [row["prompt"]])

@@ -22,6 +22,7 @@ def test_experiment_overrides_apply():
     [
         (["trainer.name=trl"], r"'trainer.name' = 'trl' is not allowed; choose one of \['local', 'verl'\]"),
         (["rollout.split=test"], r"'rollout.split' = 'test' is not allowed"),
+        (["rollout.split=val"], r"'rollout.split' = 'val' is not allowed"),  # harness code reads the rollouts
         (["search.genrations=3"], r"search.genrations"),
         (["agent=nope"], r"Available options in 'agent'"),
         (["search.generations=abc"], r"bad key 'search.generations'"),

@@ -75,14 +75,16 @@ def test_stage_commands_through_the_server_match_their_own_interpreter(tmp_path,
 
 
 def test_the_command_sees_the_clients_environment(tmp_path, tmpdir_short):
-    """Each client's own variables reach its command (one server serves clients with different values)."""
+    """Each client's own variables reach its command: the child runs with its server's environment (a request
+    carries none, tests/core/test_forkserver_auth.py), so another environment keys another server; the thread
+    counts Snakemake sets per job do not (they ride on the request, digits only)."""
     env = env_for(tmpdir_short, True)
-    for marker in ("first-client", "second-client"):
-        result = evo(["config", "run=${oc.env:RUN_LABEL_FOR_TEST}"], dict(env, RUN_LABEL_FOR_TEST=marker),
-                     tmp_path)
+    for marker, threads in (("first-client", "1"), ("second-client", "1"), ("second-client", "2")):
+        result = evo(["config", "run=${oc.env:RUN_LABEL_FOR_TEST}-${oc.env:OMP_NUM_THREADS}"],
+                     dict(env, RUN_LABEL_FOR_TEST=marker, OMP_NUM_THREADS=threads), tmp_path)
         assert result.returncode == 0, result.stderr
-        assert f"run: {marker}" in result.stdout.splitlines()
-    assert len(servers(tmpdir_short)) == 1
+        assert f"run: {marker}-{threads}" in result.stdout.splitlines()
+    assert len(servers(tmpdir_short)) == 2
 
 
 def start_long_command(tmp_path: Path, tmpdir_short: Path) -> tuple[subprocess.Popen, psutil.Process]:

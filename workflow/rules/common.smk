@@ -1,7 +1,9 @@
 # Compose and validate the config once; define the run layout, the CLI, and the input functions.
 # Every path is results/<run>/...; {run} is a wildcard so that one invocation can hold several runs
 # (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate, write_run_configs
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
+from evotrainer.supervisor import end_descendants
 from evotrainer.tasks import is_multi_turn
 
 # Snakemake resolves dependencies recursively and every generation nests ~6 levels (promote -> select
@@ -35,8 +38,28 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     EVO = f"PYTHONPATH={workflow.basedir}/src python -m evotrainer.cli stage"
 elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
     # local runs: each job is forked from one process that has imported torch, transformers, pandas and the
-    # stages (evotrainer/forkserver.py); saves their import in every job
-    EVO = f"EVOTRAINER_FORKSERVER=1 {EVO}"
+    # stages (evotrainer/forkserver.py); saves their import in every job. The server ends with this snakemake
+    # process (EVOTRAINER_RUN_PID), not only after its idle time.
+    EVO = f"EVOTRAINER_FORKSERVER=1 EVOTRAINER_RUN_PID={os.getpid()} {EVO}"
+
+
+def end_jobs_on_terminate():
+    """SIGTERM to snakemake (``kill PID``, a container or session manager stopping it), or SIGHUP (its terminal
+    closed; without a handler snakemake dies at once and leaves its lock) ends a local run's jobs
+    within seconds, as Ctrl-C does: each job gets SIGTERM (a supervising job kills its trees and dies of it; no
+    result is written, the rerun redoes it), what is left 5 s later is killed, and Snakemake then exits as on
+    Ctrl-C (lock released), so the same command resumes. Without this, Snakemake's own SIGTERM handler waits
+    for the running jobs to finish (a backtest: minutes to hours). Cluster jobs (remote executors) keep
+    Snakemake's behaviour."""
+    if not workflow.local_exec or workflow.remote_exec:
+        return
+
+    def terminate(signum, frame):
+        end_descendants(signal.SIGTERM, grace_s=5.0)
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # SIGHUP (a closed terminal) would kill snakemake outright
+        signal.signal(signum, terminate)
 # The run layout (evotrainer/layout.py) names every path: P.<entry> (or P("<entry>", field=value)) is a rule's
 # pattern with the wildcards {run}, {g}, {cid}, {arm}, {stage}; layout(wildcards) and run_layout(name) are one
 # run's concrete paths, for the input functions and params.

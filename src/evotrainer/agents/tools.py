@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from evotrainer.contracts.harness import EDITABLE_FILES
+from evotrainer.contracts.text import bounded_text
 
 MAX_ROWS = 50
 MAX_EXAMPLES = 20
@@ -222,6 +223,9 @@ class Toolbox:
             if flagged_only and finding.get("severity") not in ("warn", "critical"):
                 continue
             finding = dict(finding)
+            for key, limit in (("name", 200), ("message", 2000)):  # a candidate's diagnostics wrote them: bounded
+                if key in finding:
+                    finding[key] = bounded_text(finding[key], limit)
             if isinstance(finding.get("examples"), list):  # example rows a diagnostic attached: two, cut short
                 finding["examples"] = [{k: _cut(v) for k, v in e.items()} if isinstance(e, dict) else _cut(str(e))
                                        for e in finding["examples"][:2]]
@@ -305,7 +309,12 @@ class Toolbox:
             frame = pq.read_table(handle).to_pandas()
         keep = [c for c in ("name", "layer", "value", "threshold", "direction", "severity", "affected_rows", "message")
                 if c in frame.columns]
-        return _dumps({"aggregation": "diagnostics", "rows": frame[keep].head(limit).to_dict("records"),
+        rows = frame[keep].head(limit).to_dict("records")
+        for row in rows:
+            for key, chars in (("name", 200), ("message", 2000)):  # a candidate's diagnostics wrote them: bounded
+                if key in row:
+                    row[key] = bounded_text(row[key], chars)
+        return _dumps({"aggregation": "diagnostics", "rows": rows,
                        "rows_cut": max(0, len(frame) - limit)})
 
 

@@ -1,38 +1,107 @@
 """The findings contract: what a harness's ``diagnose()`` returns, checked by whoever runs it (the diagnose
 stage on a generation's evidence, the diagnostics backtest on a candidate's change). A list of at most
 ``MAX_FINDINGS`` dicts, each with ``FINDING_COLUMNS``, a severity of ``SEVERITIES``, unique names and
-``examples`` as row positions; ``check_findings`` returns them as a frame."""
+``examples`` as row positions; ``check_findings`` returns them as a frame.
+
+``check_findings`` is total: findings come out of a sandbox and may be anything JSON can hold. Whatever is
+wrong (a missing key, a wrong type, a number that is not finite or beyond 64 bits, too many findings, too
+many examples, a string too long) raises ``FindingsError``, which is both a ValueError and a TypeError (what
+the callers catch), never a KeyError, OverflowError or RecursionError."""
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
 FINDING_COLUMNS = ["name", "layer", "value", "threshold", "direction", "severity", "affected_rows", "message"]
 MAX_FINDINGS = 500
+MAX_EXAMPLES = 10_000
+MAX_NAME = 200  # name, layer, direction
+MAX_MESSAGE = 4000
 SEVERITIES = ("info", "ok", "warn", "critical")
+_INT_LIMIT = 2**63
+
+
+class FindingsError(ValueError, TypeError):
+    """Malformed findings (a ValueError and a TypeError, so either ``except`` catches it)."""
+
+
+def _number(value, what: str, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FindingsError(f"{what} must be a number{' or null' if optional else ''}, got {type(value).__name__}")
+    if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
+        raise FindingsError(f"{what} is an integer beyond 64 bits")
+    if not math.isfinite(value):
+        raise FindingsError(f"{what} is not finite ({value})")
+    return float(value)
+
+
+def _count(value, what: str) -> int:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _INT_LIMIT:
+        raise FindingsError(f"{what} must be a non-negative 64-bit integer")
+    return value
+
+
+def _text(value, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise FindingsError(f"{what} must be a string, got {type(value).__name__}")
+    if len(value) > limit:
+        raise FindingsError(f"{what} has {len(value)} characters (at most {limit})")
+    return value
 
 
 def check_findings(findings: list[dict], where: str) -> pd.DataFrame:
+    try:
+        return _check(findings, where)
+    except FindingsError:
+        raise
+    except Exception as err:  # noqa: BLE001 - e.g. a RecursionError or MemoryError on a hostile value
+        raise FindingsError(f"{where}: unusable findings: {type(err).__name__}: {str(err)[:500]}") from None
+
+
+def _check(findings, where: str) -> pd.DataFrame:
     if not isinstance(findings, list):
-        raise TypeError(f"{where}: diagnose() must return a list of finding dicts, got {type(findings).__name__}")
+        raise FindingsError(f"{where}: diagnose() must return a list of finding dicts, got {type(findings).__name__}")
     if len(findings) > MAX_FINDINGS:
-        raise ValueError(f"{where}: diagnose() returned {len(findings)} findings (at most {MAX_FINDINGS})")
+        raise FindingsError(f"{where}: diagnose() returned {len(findings)} findings (at most {MAX_FINDINGS})")
+    rows, examples, names = [], [], set()
     for i, finding in enumerate(findings):
         if not isinstance(finding, dict):
-            raise TypeError(f"{where}: finding #{i} is a {type(finding).__name__}, not a dict")
+            raise FindingsError(f"{where}: finding #{i} is a {type(finding).__name__}, not a dict")
         missing = [c for c in FINDING_COLUMNS if c not in finding]
+        label = finding.get("name") if isinstance(finding.get("name"), str) else "?"
         if missing:
-            raise ValueError(f"{where}: finding #{i} ({finding.get('name', '?')}) lacks {missing}")
-        if finding["severity"] not in SEVERITIES:
-            raise ValueError(f"{where}: finding {finding['name']} has severity {finding['severity']!r}; use one of {SEVERITIES}")
-        examples = finding.get("examples", [])
-        if not isinstance(examples, list) or not all(isinstance(e, int) and e >= 0 for e in examples):
-            raise ValueError(f"{where}: finding {finding['name']}: 'examples' must be a list of row positions")
-    names = [f["name"] for f in findings]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{where}: duplicate finding names {sorted({n for n in names if names.count(n) > 1})}")
-    frame = pd.DataFrame(findings, columns=FINDING_COLUMNS)
-    frame["examples"] = [list(f.get("examples", []))[:3] for f in findings]
+            raise FindingsError(f"{where}: finding #{i} ({label[:MAX_NAME]}) lacks {missing}")
+        name = _text(finding["name"], f"{where}: finding #{i}: 'name'", MAX_NAME)
+        if not name:
+            raise FindingsError(f"{where}: finding #{i} has an empty name")
+        if name in names:
+            raise FindingsError(f"{where}: duplicate finding name {name!r}")
+        names.add(name)
+        what = f"{where}: finding {name}"
+        severity = finding["severity"]
+        if not isinstance(severity, str) or severity not in SEVERITIES:
+            raise FindingsError(f"{what} has severity {str(severity)[:50]!r}; use one of {SEVERITIES}")
+        row = {"name": name, "layer": _text(finding["layer"], f"{what}: 'layer'", MAX_NAME),
+               "value": _number(finding["value"], f"{what}: 'value'", optional=True),
+               "threshold": _number(finding["threshold"], f"{what}: 'threshold'", optional=True),
+               "direction": _text(finding["direction"], f"{what}: 'direction'", MAX_NAME),
+               "severity": severity,
+               "affected_rows": _count(finding["affected_rows"], f"{what}: 'affected_rows'"),
+               "message": _text(finding["message"], f"{what}: 'message'", MAX_MESSAGE)}
+        given = finding.get("examples", [])
+        if (not isinstance(given, list) or len(given) > MAX_EXAMPLES
+                or not all(isinstance(e, int) and not isinstance(e, bool) and 0 <= e < _INT_LIMIT for e in given)):
+            raise FindingsError(f"{what}: 'examples' must be a list of at most {MAX_EXAMPLES} row positions")
+        rows.append(row)
+        examples.append(list(given[:3]))
+    frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    frame["examples"] = examples
     frame["value"] = frame["value"].astype(float)
     frame["threshold"] = pd.to_numeric(frame["threshold"], errors="coerce").astype(float)
     frame["affected_rows"] = frame["affected_rows"].astype("int64")

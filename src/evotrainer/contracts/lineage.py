@@ -13,14 +13,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evotrainer.atomic import write_parquet
+from evotrainer.contracts.text import bounded_text
 
 # registered: a diagnostics-only change that passed its backtest on archived evidence (never trained)
 VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered")
 FAILURE_LABELS = (
     "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
-    "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "replay_no_signal",
+    "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "sandbox_bad_output", "replay_no_signal",
     "replay_low_kept_fraction", "reward_error", "curriculum_error", "train_crash", "oom_killed", "train_timeout",
     "no_gain",
+    # a backtest past its budgets (time, responses, scratch disk) or whose training kept too few groups
+    "backtest_over_budget", "sandbox_disk", "low_kept_fraction_in_training",
     "vetoed:reward_hacking", "vetoed:reward_correctness", "vetoed:reward_false_positives", "vetoed:length_gaming", "vetoed:exploration_collapse",
     "vetoed:format_exploitation",
     "diagnostic_crash", "diagnostic_slow", "diagnostic_memory", "diagnostic_violation", "diagnostic_invalid",
@@ -62,6 +65,9 @@ SCHEMA = pa.schema(
 )
 
 
+TEXT_COLUMNS = ("error", "hypothesis")  # free text that may come from a candidate or its sandbox
+
+
 def empty() -> pd.DataFrame:
     return SCHEMA.empty_table().to_pandas()
 
@@ -91,6 +97,8 @@ def write_generation(path: str | Path, rows: pd.DataFrame) -> pd.DataFrame:
     if bad:
         raise ValueError(f"lineage: unknown verdict(s) {sorted(bad)}; allowed {VERDICTS}")
     rows = _with_all_columns(rows.copy()).sort_values("candidate_id", kind="stable").reset_index(drop=True)
+    for column in TEXT_COLUMNS:  # a candidate's error text (a 24 MB traceback...) is stored bounded
+        rows[column] = [value if not isinstance(value, str) else bounded_text(value) for value in rows[column]]
     write_parquet(path, pa.Table.from_pandas(rows, schema=SCHEMA, preserve_index=False))
     return rows
 

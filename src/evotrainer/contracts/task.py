@@ -2,7 +2,8 @@
 
 A task provides its splits (train / val / probe / test) as rows with the columns of ``SPLIT_COLUMNS``:
 
-- ``prompt_id``: unique within the split;
+- ``prompt_id``: unique within the split (the data stage replaces it with an opaque keyed id: no split
+  name, no order; see ``evotrainer.split_secret``);
 - ``prompt``: the chat messages shown to the policy, a list of ``{"role", "content"}`` dicts; the policy's
   chat template renders them (identically in SFT, rollout, evaluation, vLLM and verl);
 - ``ground_truth``: a string (verl's ``reward_model.ground_truth``; a JSON string for structured truth);
@@ -89,7 +90,16 @@ class Task(ABC):
     @abstractmethod
     def splits(self, sizes: dict[str, int], seed: int) -> dict[str, pd.DataFrame]:
         """The named splits (a subset of ``SPLITS``) with ``SPLIT_COLUMNS``, reproducible from ``seed``.
-        The test split must be disjoint from train/val/probe."""
+        The test split must be disjoint from train/val/probe, and each split reproducible alone (the test
+        split is made after the loop, in another process).
+
+        ``seed`` is secret: in a run it is the config's ``task.seed`` keyed by the results folder's split secret
+        (``evotrainer.split_secret.split_seed``, an int in [0, 2**63)), which harness code cannot read. Derive
+        every random choice and any held-out rule (``tasks.partition.partition_of(prompt, seed)``) from it and
+        from nothing public, so held-out membership cannot be rebuilt inside the sandbox; never write it (or a
+        value it is trivially recovered from) into a row. (``np.random.seed`` takes only 32 bits: prefer
+        ``np.random.default_rng(seed)`` or ``random.Random(f"{seed}:{split}")``.) Rows read from a user's files
+        keep their file's split. ``prompt_id`` need only be unique within the split: the data stage replaces it."""
 
     @abstractmethod
     def verify(self, response: str, ground_truth: str, metadata: dict | None = None) -> Verification:

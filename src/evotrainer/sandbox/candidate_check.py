@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import ast
 import sys
-import tempfile
 from pathlib import Path
 
 from evotrainer.contracts.candidate import REQUIRED_FUNCTIONS, CandidateError, apply_diff, touched_files
 from evotrainer.contracts.harness import HarnessError, check_layout, harness_id, load_env, load_recipe
+from evotrainer.contracts.text import bounded_text
+from evotrainer.sandbox.scratch import scratch_dir
 
 _IMPORT_PROBE = """
 import importlib.util, pathlib, sys
@@ -72,17 +73,17 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
         started = [line.split(" ", 1)[1] for line in lines if line.startswith("importing ")]
         where = started[-1] if started else str(harness_dir)
         label = "sandbox_violation" if any("SandboxViolation" in line for line in lines[-3:]) else "import_error"
-        raise CandidateError(f"{where}: import failed: {(lines or ['(no output)'])[-1]}", label)
+        raise CandidateError(bounded_text(f"{where}: import failed: {(lines or ['(no output)'])[-1]}"), label)
 
 
 def validate(harness_dir: str | Path, diff_text: str) -> dict:
     """Apply and check in a scratch directory; returns {"ok", "failure_label", "error", "files"}."""
-    with tempfile.TemporaryDirectory(prefix="evotrainer-candidate-") as scratch:
+    with scratch_dir(prefix="evotrainer-candidate-") as scratch:  # removed by remove_tree: never fails
         try:
             files = touched_files(diff_text) if diff_text.strip() else []
-            applied = apply_diff(harness_dir, diff_text, Path(scratch) / "harness")
+            applied = apply_diff(harness_dir, diff_text, scratch / "harness")
             check_harness(applied)
             applied_id = harness_id(applied)
         except CandidateError as err:
-            return {"ok": False, "failure_label": err.label, "error": str(err), "files": []}
+            return {"ok": False, "failure_label": err.label, "error": bounded_text(str(err)), "files": []}
     return {"ok": True, "failure_label": None, "error": None, "files": files, "harness_id": applied_id}

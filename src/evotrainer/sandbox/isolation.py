@@ -135,6 +135,8 @@ def resolve(isolation: str | None = None) -> str:
     mode = isolation or default_mode()
     if mode not in MODES:
         raise ValueError(f"sandbox.isolation must be one of {list(MODES)}, got {mode!r}")
+    if seccomp_arch() is None:
+        _warn_no_seccomp(_machine())
     if mode == "process":
         return "process"
     support = detect()
@@ -154,12 +156,16 @@ def _warn_once(reason: str) -> None:
                 reason, describe("process"))
 
 
-def describe(isolation: str | None = None) -> str:
-    """What holds and what does not under ``isolation`` (auto is resolved first)."""
+def describe(isolation: str | None = None, machine: str | None = None) -> str:
+    """What holds and what does not under ``isolation`` (auto is resolved first) on ``machine`` (default: this
+    one's ``platform.machine()``)."""
     mode = resolve(isolation) if (isolation or default_mode()) == "auto" else (isolation or default_mode())
-    seccomp = ("a seccomp filter (new processes, exec, ptrace, namespaces, bpf, io_uring and non-AF_UNIX sockets "
-               "fail in the kernel, even from native code)" if seccomp_program() is not None else
-               "no seccomp filter (built for x86_64 only)")
+    machine = machine or _machine()
+    seccomp = ("a seccomp filter (new processes, exec, signals, pidfds, prlimit and scheduling calls aimed at other "
+               "processes, ptrace, namespaces, bpf, io_uring, non-AF_UNIX sockets and connect/bind/listen fail in "
+               "the kernel, even from native code)" if seccomp_arch(machine) is not None else
+               f"NO seccomp filter: the sandbox runs without a seccomp filter on this {machine} machine (built for "
+               "x86_64 and aarch64 only), so native code is stopped by neither the kernel filter nor the audit hook")
     if mode == "process":
         return ("Process isolation: untrusted code runs in a separate `python -I` process with rlimits (address "
                 "space, CPU time, file size), a wall-clock timeout, a scrubbed environment (no credentials), "
@@ -178,6 +184,12 @@ def describe(isolation: str | None = None) -> str:
             "system calls the filter allows.")
 
 
+def _machine() -> str:
+    import platform
+
+    return platform.machine() if sys.platform.startswith("linux") else f"{sys.platform} {platform.machine()}"
+
+
 def scrubbed_environment(extra: dict | None = None, home: str | Path = "/tmp") -> dict:
     """Only an allow-list of variables (no tokens, keys, proxies, cloud credentials); HOME = the scratch."""
     env = {key: value for key, value in os.environ.items() if key in ENV_ALLOW}
@@ -186,6 +198,24 @@ def scrubbed_environment(extra: dict | None = None, home: str | Path = "/tmp") -
     env.update({"HOME": str(home), "TMPDIR": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"})
     env.update(extra or {})
     return env
+
+
+TMP_MB = 256  # the private /tmp of an OS sandbox: a tmpfs (memory) of at most this size
+
+
+def _tmp_size(binary: str | None) -> list[str]:
+    """``--size`` for the private /tmp where this bwrap has it (0.9+): without it a tmpfs may grow to half the RAM."""
+    if binary and _bwrap_has_size(binary):
+        return ["--size", str(TMP_MB * 2**20)]
+    return []
+
+
+@functools.cache
+def _bwrap_has_size(binary: str) -> bool:
+    try:
+        return "--size" in subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def isolated_command(argv: list[str], *, readable: Iterable[Path] = (), writable: Iterable[Path] = (),
@@ -217,7 +247,7 @@ def _bwrap_command(support: Support, argv: list[str], readable: list[Path], writ
             cmd += ["--ro-bind", path, path]
     for name in _ETC_FILES:
         cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--tmpfs", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", *_tmp_size(support.binary), "--tmpfs", "/tmp"]
     if workdir is not None and not any(_under(Path(workdir), p) for p in [*writable, *readable]):
         writable = [*writable, Path(workdir)]
     system = [Path(p) for p in _system_paths()]
@@ -263,42 +293,133 @@ def _chown_tree(path: str) -> None:
                 os.chown(os.path.join(folder, name), SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
 
 
-# ---- seccomp: a system-call filter the sandboxed Python installs on itself (x86_64 only) --------------------
+# ---- seccomp: a system-call filter the sandboxed Python installs on itself (x86_64 and aarch64) --------------
 # It is installed by evotrainer.sandbox.worker.install_guard (trusted code, before any harness code runs) on
-# every thread (TSYNC), under both isolations: new processes (fork, vfork, clone without CLONE_THREAD) and exec
-# fail with EPERM even from native code; so do ptrace, namespaces, mount, bpf, perf_event_open, io_uring,
-# keyrings, kernel modules and sockets other than AF_UNIX. Threads still start (clone3 answers ENOSYS so
-# glibc falls back to clone, whose flags a filter can read).
-_X86_64 = 0xC000003E
-_DENY_X86_64 = {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101, "process_vm_readv": 310,
-                "process_vm_writev": 311, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
-                "pivot_root": 155, "chroot": 161, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250,
-                "add_key": 248, "request_key": 249, "init_module": 175, "finit_module": 313,
-                "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320}
-_CLONE, _CLONE3, _SOCKET, _CLONE_THREAD, _AF_UNIX = 56, 435, 41, 0x10000, 1
+# every thread (TSYNC), under both isolations. Refused with EPERM even from native code:
+# - new processes (fork, vfork, clone without CLONE_THREAD) and exec; clone3 answers ENOSYS so glibc falls
+#   back to clone, whose flags a filter can read, and threads still start;
+# - control of other processes: kill / tgkill / rt_(tg)sigqueueinfo to any pid but the caller's own (the
+#   filter embeds the caller's pid when it is built; fork is refused, so the pid never changes), tkill, pidfds
+#   (pidfd_open, pidfd_send_signal, pidfd_getfd), prlimit64 / sched_set* / migrate_pages / move_pages on
+#   another pid (0 and the own pid pass), setpriority on anything but this process, F_SETOWN to another pid
+#   and F_SETOWN_EX (SIGIO, or the signal F_SETSIG names, would go to that process), the FIOSETOWN / SIOCSPGRP
+#   / TIOCSTI ioctls, ptrace, process_vm_*, kcmp, process_madvise, process_mrelease;
+# - namespaces, mount (old and new API), bpf, perf_event_open, userfaultfd, io_uring, keyrings, kernel
+#   modules, kexec, reboot, swap, open_by_handle_at;
+# - sockets other than AF_UNIX, and connect / bind / listen on any socket: the workers talk through pipes and
+#   socketpairs only, so not even native code reaches a Unix socket on the host (the fork server's).
+# A process of another ABI (x86_64's x32 or i386, arm32 compat) is killed. Where the machine is neither
+# x86_64 nor aarch64 there is no filter: ``resolve`` logs that once and ``describe`` says it.
+@dataclass(frozen=True)
+class SeccompArch:
+    name: str
+    audit_arch: int  # AUDIT_ARCH_* in seccomp_data.arch
+    numbers: dict  # syscall name -> number
+    seccomp_nr: int  # seccomp(2) itself
+    x32: bool = False  # x86_64: numbers with bit 30 set are the x32 ABI
+
+
+# arch/x86/entry/syscalls/syscall_64.tbl
+_X86_64 = SeccompArch("x86_64", 0xC000003E, {
+    "ioctl": 16, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "kill": 62, "fcntl": 72, "socket": 41,
+    "connect": 42, "bind": 49, "listen": 50, "ptrace": 101, "rt_sigqueueinfo": 129, "setpriority": 141,
+    "sched_setparam": 142, "sched_setscheduler": 144, "pivot_root": 155, "chroot": 161, "mount": 165,
+    "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "init_module": 175, "delete_module": 176,
+    "tkill": 200, "sched_setaffinity": 203, "tgkill": 234, "kexec_load": 246, "add_key": 248, "request_key": 249,
+    "keyctl": 250, "migrate_pages": 256, "unshare": 272, "move_pages": 279, "rt_tgsigqueueinfo": 297,
+    "perf_event_open": 298, "prlimit64": 302, "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
+    "process_vm_writev": 311, "kcmp": 312, "finit_module": 313, "sched_setattr": 314, "kexec_file_load": 320,
+    "bpf": 321, "execveat": 322, "userfaultfd": 323, "pidfd_send_signal": 424, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438,
+    "process_madvise": 440, "mount_setattr": 442, "process_mrelease": 448}, seccomp_nr=317, x32=True)
+# include/uapi/asm-generic/unistd.h (aarch64 has no fork, vfork or open: only clone, clone3 and openat)
+_AARCH64 = SeccompArch("aarch64", 0xC00000B7, {
+    "fcntl": 25, "ioctl": 29, "umount2": 39, "mount": 40, "pivot_root": 41, "chroot": 51, "unshare": 97,
+    "kexec_load": 104, "init_module": 105, "delete_module": 106, "ptrace": 117, "sched_setparam": 118,
+    "sched_setscheduler": 119, "sched_setaffinity": 122, "kill": 129, "tkill": 130, "tgkill": 131,
+    "rt_sigqueueinfo": 138, "setpriority": 140, "reboot": 142, "socket": 198, "bind": 200, "listen": 201,
+    "connect": 203, "add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220, "execve": 221, "swapon": 224,
+    "swapoff": 225, "migrate_pages": 238, "move_pages": 239, "rt_tgsigqueueinfo": 240, "perf_event_open": 241,
+    "prlimit64": 261, "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
+    "kcmp": 272, "finit_module": 273, "sched_setattr": 274, "bpf": 280, "execveat": 281, "userfaultfd": 282,
+    "kexec_file_load": 294, "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+    "fspick": 433, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440,
+    "mount_setattr": 442, "process_mrelease": 448}, seccomp_nr=277)
+SECCOMP_ARCHES = {"x86_64": _X86_64, "aarch64": _AARCH64}
+_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+_DENY = ("fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+         "process_madvise", "process_mrelease", "tkill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+         "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
+         "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "userfaultfd",
+         "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "init_module",
+         "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
+         "open_by_handle_at", "connect", "bind", "listen")
+_OWN_PID = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")  # arg0 must be this process
+_SELF = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages",
+         "move_pages")  # arg0 0 (the caller) or this process
+_CLONE_THREAD, _AF_UNIX, _PRIO_PROCESS, _F_SETOWN, _F_SETOWN_EX = 0x10000, 1, 0, 8, 15
+_REFUSED_IOCTLS = (0x8901, 0x8902, 0x5412)  # FIOSETOWN, SIOCSPGRP, TIOCSTI
 _ALLOW, _KILL, _EPERM, _ENOSYS = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
 
 
-def seccomp_program() -> bytes | None:
-    """The filter as raw ``struct sock_filter`` instructions, or None off x86_64 Linux."""
+def seccomp_arch(machine: str | None = None) -> str | None:
+    """The filter's architecture for ``machine`` (default: this one), or None where there is no filter."""
     import platform
+
+    if machine is None:
+        if not sys.platform.startswith("linux"):
+            return None
+        machine = platform.machine()
+    return _MACHINES.get(machine.lower())
+
+
+def seccomp_program(arch: str | None = None, pid: int | None = None) -> bytes | None:
+    """The filter as raw ``struct sock_filter`` instructions for ``arch`` (default: this machine's) and the
+    process ``pid`` (default: this one), or None where there is no filter for the architecture."""
     import struct
 
-    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+    name = seccomp_arch(arch)
+    if name is None:
         return None
+    spec, pid = SECCOMP_ARCHES[name], os.getpid() if pid is None else pid
+    nr = spec.numbers
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
 
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
         return struct.pack("=HBBI", code, jt, jf, k)
 
-    prog = [op(ld, 4), op(jeq, _X86_64, 1, 0), op(ret, _KILL),  # seccomp_data.arch
-            op(ld, 0), op(jge, 0x40000000, 0, 1), op(ret, _KILL)]  # seccomp_data.nr; no x32 ABI
-    for number in sorted(_DENY_X86_64.values()):
-        prog += [op(jeq, number, 0, 1), op(ret, _EPERM)]
-    prog += [op(jeq, _CLONE3, 0, 1), op(ret, _ENOSYS)]
-    prog += [op(jeq, _CLONE, 0, 4), op(ld, 16), op(jset, _CLONE_THREAD, 0, 1), op(ret, _ALLOW), op(ret, _EPERM)]
-    prog += [op(jeq, _SOCKET, 0, 4), op(ld, 16), op(jeq, _AF_UNIX, 0, 1), op(ret, _ALLOW), op(ret, _EPERM)]
+    def arg(i: int) -> bytes:  # the low 32 bits of argument i (both architectures are little-endian)
+        return op(ld, 16 + 8 * i)
+
+    def one_of(values: tuple[int, ...]) -> list[bytes]:  # A in values: allow, else EPERM (every path returns)
+        tests = [op(jeq, v, len(values) - i, 0) for i, v in enumerate(values)]
+        return [*tests, op(ret, _EPERM), op(ret, _ALLOW)]
+
+    def when(number: int, body: list[bytes]) -> list[bytes]:  # body returns on every path: A stays the nr
+        return [op(jeq, number, 0, len(body)), *body]
+
+    prog = [op(ld, 4), op(jeq, spec.audit_arch, 1, 0), op(ret, _KILL), op(ld, 0)]  # seccomp_data.arch, .nr
+    if spec.x32:
+        prog += [op(jge, 0x40000000, 0, 1), op(ret, _KILL)]
+    for number in sorted(nr[name] for name in _DENY if name in nr):  # aarch64 has no fork or vfork
+        prog += when(number, [op(ret, _EPERM)])
+    prog += when(nr["clone3"], [op(ret, _ENOSYS)])
+    prog += when(nr["clone"], [arg(0), op(jset, _CLONE_THREAD, 0, 1), op(ret, _ALLOW), op(ret, _EPERM)])
+    prog += when(nr["socket"], [arg(0), *one_of((_AF_UNIX,))])
+    for name in _OWN_PID:
+        prog += when(nr[name], [arg(0), *one_of((pid,))])
+    for name in _SELF:
+        prog += when(nr[name], [arg(0), *one_of((0, pid))])
+    rest = [arg(1), *one_of((0, pid))]
+    prog += when(nr["setpriority"], [arg(0), op(jeq, _PRIO_PROCESS, 0, len(rest) - 2), *rest])  # jf: its EPERM
+    owner = [arg(2), *one_of((0, pid))]
+    prog += when(nr["fcntl"], [arg(1), op(jeq, _F_SETOWN_EX, 0, 1), op(ret, _EPERM),
+                               op(jeq, _F_SETOWN, 0, len(owner)), *owner, op(ret, _ALLOW)])
+    refused = [b for cmd in _REFUSED_IOCTLS for b in (op(jeq, cmd, 0, 1), op(ret, _EPERM))]
+    prog += when(nr["ioctl"], [arg(1), *refused, op(ret, _ALLOW)])
     return b"".join(prog + [op(ret, _ALLOW)])
 
 
@@ -318,5 +439,12 @@ def apply_seccomp() -> bool:
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         return False
     # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog): all threads (numpy starts some)
-    return libc.syscall(317, 1, 1, ctypes.byref(fprog)) == 0
+    number = SECCOMP_ARCHES[seccomp_arch()].seccomp_nr
+    return libc.syscall(number, 1, 1, ctypes.byref(fprog)) == 0
 
+
+@functools.cache
+def _warn_no_seccomp(machine: str) -> None:
+    log.warning("the sandbox runs WITHOUT a seccomp filter on this %s machine (built for x86_64 and aarch64 "
+                "only): new processes, exec, signals to other processes and sockets are refused only by the "
+                "Python audit hook, which native code bypasses", machine)

@@ -14,8 +14,9 @@ terminal for the worker and raises ``SandboxError(message, label)``:
   is NaN, infinite, non-numeric or missing, or a reward module that does not import;
 - ``sandbox_timeout``: a batch (or the start-up) past its deadline, e.g. a reward that sleeps forever;
 - ``sandbox_memory``: MemoryError under the address-space limit;
-- ``sandbox_violation``: an operation the sandbox refuses (fork, write outside, socket...), a
-  malformed or oversized reply;
+- ``sandbox_violation``: an operation the sandbox refuses (fork, write outside, socket...);
+- ``sandbox_bad_output``: a malformed or oversized reply (replies are parsed by
+  ``evotrainer.sandbox.outputs.loads_json``: depth bounded, numbers finite and within 64 bits);
 - ``sandbox_crash``: the worker died (segfault, abort, ``os._exit``, closed its protocol descriptors).
 """
 
@@ -78,8 +79,9 @@ def _read_exact(fd: int, size: int, deadline: float | None) -> bytes | None:
     return b"".join(chunks)
 
 
-def _receive(fd: int, deadline: float | None = None) -> dict | None:
-    """The next message, or None at end of file; ValueError for a malformed one."""
+def _receive(fd: int, deadline: float | None = None, bounded: bool = True) -> dict | None:
+    """The next message, or None at end of file; ValueError for a malformed one (``bounded``: parsed by the
+    sandbox-output parser, SandboxError("...", "sandbox_bad_output") for one it refuses)."""
     header = _read_exact(fd, _HEADER.size, deadline)
     if header is None:
         return None
@@ -89,7 +91,12 @@ def _receive(fd: int, deadline: float | None = None) -> dict | None:
     body = _read_exact(fd, size, deadline)
     if body is None:
         return None
-    message = json.loads(body)
+    if bounded:
+        from evotrainer.sandbox.outputs import loads_json
+
+        message = loads_json(body, "the reward worker's reply", max_depth=32)
+    else:
+        message = json.loads(body)
     if not isinstance(message, dict):
         raise ValueError("message is not a JSON object")
     return message
@@ -112,6 +119,7 @@ class RewardWorker:
         self.startup_timeout_s = startup_timeout_s
         self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
         self.proc = self._dirs = self._log = self._failure = None
+        self.scratch: Path | None = None  # the worker's private writable directory (its disk use is measured from outside)
         self._request = self._reply = None
         self.startup_s = float("nan")
 
@@ -137,6 +145,7 @@ class RewardWorker:
 
         self._dirs = sandbox_dirs(self.harness_dir)
         work, staged = self._dirs.__enter__()
+        self.scratch = work
         self._log = open(work.parent / "worker.log", "w+b")  # noqa: SIM115 - lives as long as the worker
         request_r, self._request = os.pipe()
         self._reply, reply_w = os.pipe()
@@ -172,11 +181,14 @@ class RewardWorker:
             if not isinstance(turn_rewards, list) or len(turn_rewards) != len(rows):
                 raise ValueError(f"turn_rewards: expected {len(rows)} entries")
             turn_rewards = [checked_turn_rewards(t) for t in turn_rewards]
-        except (TypeError, ValueError, AttributeError) as err:
+        except (TypeError, ValueError, AttributeError, OverflowError) as err:
             self._fail(f"the reward returned an unusable score: {err}", "reward_error")
         return scores, components, turn_rewards
 
     def _call(self, message: dict, timeout_s: float, what: str) -> dict:
+        from evotrainer.contracts.text import bounded_text
+        from evotrainer.sandbox.runner import SandboxError
+
         if self._failure is not None:
             raise self._failure
         if self.proc is None:
@@ -188,9 +200,11 @@ class RewardWorker:
         except TimeoutError:
             self.proc.kill("deadline")
             self._fail(f"the reward worker did not answer {what} within {timeout_s:g} s", "sandbox_timeout")
-        except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-            self._fail(f"the reward worker sent a malformed reply: {type(err).__name__}: {err}"[:2000],
-                       "sandbox_violation")
+        except SandboxError as err:  # refused by the bounded parser
+            self._fail(f"the reward worker sent a malformed reply: {err}", err.label)
+        except (ValueError, RecursionError, OverflowError, MemoryError) as err:  # e.g. an oversized header
+            self._fail(bounded_text(f"the reward worker sent a malformed reply: {type(err).__name__}: {err}", 2000),
+                       "sandbox_bad_output")
         except (BrokenPipeError, OSError):
             reply = None
         finally:
@@ -199,7 +213,7 @@ class RewardWorker:
             self._died()
         if not reply.get("ok"):
             label = reply.get("label") if reply.get("label") in _WORKER_LABELS else "sandbox_violation"
-            self._fail(str(reply.get("message", "the reward failed"))[:8000], label)
+            self._fail(bounded_text(reply.get("message", "the reward failed"), 8000), label)
         return reply
 
     def _died(self) -> None:
@@ -286,7 +300,7 @@ def main() -> int:
     except BaseException:  # noqa: BLE001 - any failure to import is the candidate's
         answer, reward = _failure("reward_error"), None
     while True:
-        message = _receive(request)
+        message = _receive(request, bounded=False)  # the trusted side's requests
         if message is None:
             return 0
         if reward is not None and "rows" in message:

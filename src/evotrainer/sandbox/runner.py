@@ -12,8 +12,11 @@ run code in this process through its output). The process is started, limited, t
 everything it started) by ``evotrainer.supervisor``; ``exit_error`` maps how it ended to the labels below.
 
 A failure raises SandboxError with the candidate failure label: sandbox_timeout, sandbox_memory,
-sandbox_violation (a refused operation, a file too large, a symlinked harness file or output) or
-sandbox_crash (a signal such as SIGSEGV/SIGABRT, an exception, a non-zero exit).
+sandbox_violation (a refused operation, a file too large, a symlinked harness file or output),
+sandbox_crash (a signal such as SIGSEGV/SIGABRT, an exception, a non-zero exit) or sandbox_bad_output (an
+output that ``evotrainer.sandbox.outputs`` refuses: too large, too deep, pickled, non-finite, wrong types, or
+anything else that goes wrong reading it). Scratch directories are removed by
+``evotrainer.sandbox.scratch.remove_tree``, which never fails; messages carry bounded tails of stderr.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ import numpy as np
 import pandas as pd
 
 from evotrainer import supervisor
+from evotrainer.contracts.text import bounded_text
 from evotrainer.sandbox import isolation as iso
+from evotrainer.sandbox import outputs
+from evotrainer.sandbox.scratch import MAX_ENTRIES, scratch_dir, tree_bytes
 
 EXIT_VIOLATION, EXIT_MEMORY = 3, 4
 HARNESS_FILES = ("recipe.yaml", "reward.py", "curriculum.py", "diagnostics.py", "env.yaml")  # env.yaml: where present
@@ -46,11 +52,12 @@ class Limits:
     memory_mb: int = 4096
     file_mb: int = 256
     processes: int = 256  # RLIMIT_NPROC (threads count too); applied only where it binds the sandbox alone
+    disk_mb: int = 1024  # the whole scratch, measured while it runs (sandbox_disk); the private /tmp is a tmpfs of TMP_MB
 
 
 class SandboxError(RuntimeError):
     def __init__(self, message: str, label: str):
-        super().__init__(message)
+        super().__init__(bounded_text(message))
         self.label = label
 
 
@@ -77,7 +84,7 @@ def sandbox_dirs(harness_dir: str | Path | None = None) -> Iterator[tuple[Path, 
     The copy (made by this trusted process) refuses symlinked harness files: a candidate could point
     ``reward.py`` at a file only this process may read.
     """
-    with tempfile.TemporaryDirectory(prefix="evotrainer-sandbox-") as base:
+    with scratch_dir(prefix="evotrainer-sandbox-") as base:  # removed by remove_tree: never fails
         work = Path(base) / "work"
         work.mkdir()
         staged = None
@@ -111,13 +118,44 @@ def sandbox_popen(argv: list[str], *, workdir: Path, readable: list[Path] = (), 
 
 def run_isolated(argv: list[str], *, workdir: Path, readable: list[Path] = (), limits: Limits = Limits(),
                  isolation: str | None = None) -> subprocess.CompletedProcess:
-    """Run to completion with the wall-clock limit; raises SandboxError("...", "sandbox_timeout")."""
-    with sandbox_popen(argv, workdir=workdir, readable=readable, limits=limits, isolation=isolation, deadline=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
-        out, err = child.communicate(text=True)
-    if child.outcome.kind == "deadline":
-        raise SandboxError(f"harness code ran past {limits.timeout_s:.0f} s", "sandbox_timeout")
-    return subprocess.CompletedProcess(argv, child.outcome.returncode, out, err)
+    """Run to completion with the wall-clock limit; raises SandboxError("...", "sandbox_timeout").
+
+    stdout and stderr go to unnamed files (bounded by the file-size limit like any other write, where a
+    pipe would let the process fill this one's memory); the result holds their last ``OUTPUT_TAIL`` bytes."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with sandbox_popen(argv, workdir=workdir, readable=readable, limits=limits, isolation=isolation,
+                           deadline=True, stdin=subprocess.DEVNULL, stdout=out, stderr=err) as child:
+            while child.wait_outcome(timeout=DISK_CHECK_S) is None:
+                if tree_bytes(workdir) > limits.disk_mb * 2**20:
+                    child.kill()
+                    raise SandboxError(f"harness code filled its scratch past {limits.disk_mb} MB (or "
+                                       f"{MAX_ENTRIES} entries)", "sandbox_disk")
+        if tree_bytes(workdir) > limits.disk_mb * 2**20:
+            raise SandboxError(f"harness code filled its scratch past {limits.disk_mb} MB (or {MAX_ENTRIES} entries)",
+                               "sandbox_disk")
+        if child.outcome.kind == "deadline":
+            raise SandboxError(f"harness code ran past {limits.timeout_s:.0f} s", "sandbox_timeout")
+        return subprocess.CompletedProcess(argv, child.outcome.returncode, _file_tail(out), _file_tail(err))
+
+
+OUTPUT_TAIL = 1 << 20
+DISK_CHECK_S = 0.5  # how often a running sandbox's scratch is measured
+
+
+def _file_tail(file, size: int = OUTPUT_TAIL) -> str:
+    """The last ``size`` bytes of an open file, as text (undecodable bytes replaced)."""
+    try:
+        end = os.fstat(file.fileno()).st_size
+        file.seek(max(0, end - size))
+        return file.read(size).decode("utf-8", errors="replace")
+    except (OSError, ValueError):
+        return ""
+
+
+def stderr_tail(stderr: str, limit: int = 2000) -> str:
+    """The last line of a sandboxed process's stderr, bounded (for error messages)."""
+    lines = (stderr or "").strip().splitlines()
+    return bounded_text(lines[-1] if lines else "(no output)", limit)
 
 
 def exit_error(returncode: int, tail: str, limits: Limits) -> SandboxError | None:
@@ -143,14 +181,24 @@ def read_output(path: Path) -> Path:
     return path
 
 
-def _bind_input(path: str | Path, work: Path, name: str) -> Path:
-    """A large input read by path: bound read-only where the sandbox can read it, else copied in."""
+def _stage_input(path: str | Path, inputs: Path, name: str) -> Path:
+    """A large input read by path, under a neutral name in the read-only ``inputs`` folder (its real path names
+    the run and the branch): a hard link where it is on the same filesystem and the sandbox may read it,
+    else a copy. Never in the writable scratch: chowning that to the sandbox's uid would chown the original."""
     real = Path(path).resolve()
+    dest = inputs / name
     if real.stat().st_mode & 0o004 or not iso.detect().drop_uid:
-        return real
-    copy = work / name  # not world-readable: uid 65534 could not open it through the bind
-    shutil.copyfile(real, copy)
-    return copy
+        try:
+            os.link(real, dest)
+            return dest
+        except OSError:
+            pass  # another filesystem, or links refused: copy
+    shutil.copyfile(real, dest)
+    os.chmod(dest, 0o644)  # uid 65534 reads it through the read-only bind
+    return dest
+
+
+_SET_KEYS = ("evidence", "train_log")
 
 
 def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.DataFrame | dict | None],
@@ -164,38 +212,55 @@ def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.Da
     findings then come back as one list per set. ``isolation``: auto | os | process (None: the default).
     """
     with sandbox_dirs(harness_dir) as (work, staged):
-        readable: list[Path] = [staged]
+        inputs_dir = work.parent / "inputs"
+        inputs_dir.mkdir(mode=0o755)
+        readable: list[Path] = [staged, inputs_dir]
         for name, value in inputs.items():
             if isinstance(value, pd.DataFrame):
                 value.to_parquet(work / f"in_{name}.parquet", index=False)
-            elif isinstance(value, str | Path) and name in ("evidence", "train_log"):
-                real = _bind_input(value, work, f"bound_{name}.parquet")
-                readable.append(real)
-                (work / f"in_{name}.parquet").symlink_to(real)
+            elif isinstance(value, str | Path) and name in _SET_KEYS:
+                _stage_input(value, inputs_dir, f"in_{name}.parquet")
+                (work / f"in_{name}.parquet").symlink_to(f"../inputs/in_{name}.parquet")  # relative: names nothing
             elif value is not None:
-                if name == "diagnose_sets":
-                    value = [dict(item) for item in value]
-                    for i, item in enumerate(value):
-                        for key in ("evidence", "train_log"):
-                            if item.get(key) and Path(item[key]).exists():
-                                item[key] = str(_bind_input(item[key], work, f"set{i}_{key}.parquet"))
-                                readable.append(Path(item[key]))
+                if name == "diagnose_sets":  # only neutral paths (and each set's recipe) cross
+                    value = [{key: str(_stage_input(item[key], inputs_dir, f"set{i}_{key}.parquet"))
+                              if item.get(key) and Path(item[key]).exists() else None for key in _SET_KEYS}
+                             | {"recipe": dict(item).get("recipe")} for i, item in enumerate(value)]
                 (work / f"in_{name}.json").write_text(json.dumps(value))
+        os.chmod(inputs_dir, 0o555)
         cmd = [sys.executable, "-I", "-m", "evotrainer.sandbox.worker", str(staged), str(work), *tasks]
-        readable = [p for p in dict.fromkeys(readable) if not p.is_relative_to(work)]
         proc = run_isolated(cmd, workdir=work, readable=readable, limits=limits, isolation=isolation)
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:500]
-        error = exit_error(proc.returncode, tail, limits)
+        error = exit_error(proc.returncode, stderr_tail(proc.stderr, 500), limits)
         if error is not None:
             raise error
-        out: dict = {}
-        if "score" in tasks:
-            out["scores"] = pd.read_parquet(read_output(work / "out_scores.parquet"))
-        if "weights" in tasks:
-            out["weights"] = np.load(read_output(work / "out_weights.npy"), allow_pickle=False)
-        if "diagnose" in tasks:
-            out["findings"] = json.loads(read_output(work / "out_findings.json").read_text())
-        return out
+        try:
+            return _read_outputs(work, tasks, inputs)
+        except SandboxError:
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever goes wrong with a sandbox's outputs is the candidate's
+            raise SandboxError(f"reading the sandbox's outputs failed: {type(err).__name__}: {err}",
+                               outputs.BAD_OUTPUT) from None
+
+
+MAX_FINDINGS_BYTES = 64 << 20
+
+
+def _read_outputs(work: Path, tasks: list[str], inputs: dict) -> dict:
+    """The tasks' outputs through the bounded parser (evotrainer.sandbox.outputs): sandbox_bad_output on any
+    problem. Scores: one finite number per row (score and rc_* components); weights: a 1-D float array of at
+    most one value per pool row (its length, sign and finiteness are the caller's to judge); findings: JSON."""
+    out: dict = {}
+    if "score" in tasks:
+        rows = inputs.get("rows")
+        out["scores"] = outputs.read_frame(work / "out_scores.parquet", columns={"score": "float"},
+                                           rows=len(rows) if isinstance(rows, pd.DataFrame) else None)
+    if "weights" in tasks:
+        pool = inputs.get("pool")
+        limit = 8 * len(pool) + (1 << 17) if isinstance(pool, pd.DataFrame) else outputs.MAX_ARRAY_BYTES
+        out["weights"] = outputs.read_array(work / "out_weights.npy", max_bytes=limit, finite=False)
+    if "diagnose" in tasks:
+        out["findings"] = outputs.read_json(work / "out_findings.json", max_bytes=MAX_FINDINGS_BYTES, max_depth=32)
+    return out
 
 
 def score_parallel(harness_dir: str | Path, rows: pd.DataFrame, processes: int = 2, limits: Limits = Limits(),

@@ -20,6 +20,7 @@ _FORBIDDEN_EVENTS = {"socket.connect", "socket.bind", "socket.getaddrinfo", "soc
 _PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.truncate", "os.chmod",
                 "os.chown", "os.utime"}
 _CTYPES = ("ctypes", "_ctypes")
+_F_SETOWN_EX, _REFUSED_IOCTLS = 15, (0x8901, 0x8902, 0x5412)  # FIOSETOWN, SIOCSPGRP, TIOCSTI
 
 
 class SandboxViolation(PermissionError):
@@ -32,11 +33,21 @@ def install_guard(workdir: Path) -> None:
 
     ctypes is dropped from ``sys.modules`` (numpy loads it) so that importing it again raises the
     ``import`` event, and every ``ctypes.*`` event (calls through ctypes, dlopen, string_at...) is refused.
+    Control of other processes is refused too: ``resource.prlimit`` on another pid, F_SETOWN to another pid
+    (an O_ASYNC descriptor would signal it) and the FIOSETOWN / SIOCSPGRP / TIOCSTI ioctls by the hook; the
+    calls that raise no audit event (``os.pidfd_open``, ``signal.pidfd_send_signal``, ``os.setpriority`` and
+    ``os.sched_set*`` on another process) are replaced by guards, and the seccomp filter refuses them all
+    for native code. Files of the fork server's directories (``evotrainer-forkserver-*``: its socket and the
+    token that authenticates its clients) cannot be opened.
     """
+    import fcntl
+    import signal
+
     from evotrainer.sandbox.isolation import apply_seccomp
 
     apply_seccomp()  # before the hook: it needs ctypes, which the hook refuses
     root = str(workdir.resolve())
+    me = os.getpid()
     for name in [m for m in sys.modules if m.split(".")[0] in _CTYPES]:
         del sys.modules[name]
 
@@ -49,13 +60,26 @@ def install_guard(workdir: Path) -> None:
             return False
         return real == root or real.startswith(root + os.sep)
 
+    def forkserver_file(path) -> bool:
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        return "/evotrainer-forkserver-" in real
+
+    def own(pid) -> bool:
+        return pid in (0, me)
+
     def hook(event: str, args: tuple) -> None:
         if event == "open" and len(args) >= 3:
             path, mode, flags = args[0], args[1], args[2]
             wants_write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS)
-            if wants_write and isinstance(path, str | bytes | os.PathLike) and not writable(path):
-                raise SandboxViolation(f"write outside the sandbox directory: {path!r}")
+            if isinstance(path, str | bytes | os.PathLike):
+                if wants_write and not writable(path):
+                    raise SandboxViolation(f"write outside the sandbox directory: {path!r}")
+                if forkserver_file(path):
+                    raise SandboxViolation(f"the fork server's files are not for harness code: {path!r}")
         elif event in _PATH_EVENTS and args:
             for path in args[:2] if event == "os.rename" else args[:1]:  # a rename writes at both ends
                 if not writable(path):
@@ -66,7 +90,41 @@ def install_guard(workdir: Path) -> None:
             raise SandboxViolation("network sockets are not allowed in harness code")
         elif event == "import" and args and str(args[0]).split(".")[0] in _CTYPES:
             raise SandboxViolation("importing ctypes is not allowed in harness code")
+        elif event == "resource.prlimit" and args and not own(args[0]):
+            raise SandboxViolation(f"resource.prlimit on another process ({args[0]}) is not allowed in harness code")
+        elif event == "fcntl.fcntl" and len(args) > 2 and (
+                args[1] == _F_SETOWN_EX or (args[1] == fcntl.F_SETOWN and not own(args[2]))):
+            raise SandboxViolation("fcntl F_SETOWN to another process is not allowed in harness code")
+        elif event == "fcntl.ioctl" and len(args) > 1 and args[1] in _REFUSED_IOCTLS:
+            raise SandboxViolation(f"ioctl {args[1]:#x} is not allowed in harness code")
 
+    def refused(name: str):
+        def guard(*_args, **_kwargs):
+            raise SandboxViolation(f"{name} is not allowed in harness code")
+        return guard
+
+    def self_only(name: str, call, pid_at: int = 0, which_at: int | None = None):
+        def guard(*args):
+            if (which_at is not None and args[which_at] != os.PRIO_PROCESS) or not own(args[pid_at]):
+                raise SandboxViolation(f"{name} on another process is not allowed in harness code")
+            return call(*args)
+        return guard
+
+    import posix  # os's functions come from here: a guard on both names
+
+    guards = {"pidfd_open": refused("os.pidfd_open"),
+              "setpriority": self_only("os.setpriority", os.setpriority, pid_at=1, which_at=0)}
+    guards |= {name: self_only(f"os.{name}", getattr(os, name)) for name in
+               ("sched_setaffinity", "sched_setscheduler", "sched_setparam") if hasattr(os, name)}
+    for name, guard in guards.items():
+        for module in (os, posix):
+            if hasattr(module, name):
+                setattr(module, name, guard)
+    import _signal
+
+    for module in (signal, _signal):
+        if hasattr(module, "pidfd_send_signal"):
+            module.pidfd_send_signal = refused("signal.pidfd_send_signal")
     sys.addaudithook(hook)
 
 
@@ -109,7 +167,8 @@ def main() -> int:
                 results.append(diagnostics.diagnose(evidence, log, item.get("recipe") or recipe))
                 del evidence
             findings = results if blobs.get("diagnose_sets") else results[0]
-            (workdir / "out_findings.json").write_text(json.dumps(findings, default=_jsonable))
+            # NaN and +-inf as null: the trusted side's parser refuses non-finite numbers
+            (workdir / "out_findings.json").write_text(json.dumps(_finite_or_null(findings), default=_jsonable))
     except SandboxViolation as err:
         print(f"SandboxViolation: {err}", file=sys.stderr)
         return EXIT_VIOLATION
@@ -137,6 +196,21 @@ def reward_records(rows) -> list[dict]:
     return [{"data_source": source, "solution_str": response, "ground_truth": truth, "extra_info": base | more}
             for source, response, truth, base, more in zip(rows["data_source"], text, rows["ground_truth"], given,
                                                            extra, strict=True)]
+
+
+def _finite_or_null(value):
+    """diagnose()'s result with every non-finite float (Python or numpy, also inside arrays) as None."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_finite_or_null(item) for item in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, float | np.floating) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _jsonable(value):

@@ -4,7 +4,8 @@
      "extra_info": {**prompt metadata, **episode statistics (multi-turn only),
                     "prompt_id": str, "difficulty": int, "verification": verdict record}}
 
-The four keys after the metadata win over a metadata key of the same name. The episode statistics are
+The four keys after the metadata win over a metadata key of the same name; a metadata key naming the split
+(``split``, as verl-format data's extra_info carries it: ``SPLIT_KEYS``) is dropped. The episode statistics are
 ``EPISODE_KEYS`` (``per_turn``: one dict of ``PER_TURN_KEYS`` per model turn). Nothing else enters
 ``extra_info``: not the split, the stage or the row's position, so the harness reward sees the same row
 wherever the response was sampled (local sampler, vLLM, verl) and whoever scores it (training, replay,
@@ -21,6 +22,7 @@ import pandas as pd
 
 from evotrainer.contracts.task import metadata_of
 
+SPLIT_KEYS = frozenset({"split"})  # metadata keys (any case) that would tell the reward which split a row is from
 EPISODE_KEYS = ("turns", "tool_calls", "invalid_actions", "termination", "env_reward", "actions", "per_turn")
 PER_TURN_KEYS = ("turn", "tool", "valid", "observation_len", "reward")
 # the episode statistics the evidence keeps as columns (actions and per-turn records are in the turns table)
@@ -30,7 +32,7 @@ EPISODE_COLUMNS = ("turns", "tool_calls", "invalid_actions", "termination", "env
 def reward_row(*, data_source, response: str, ground_truth, metadata, prompt_id, difficulty, verdict: dict,
                episode: dict | None = None) -> dict:
     """One response's reward row (the module docstring's shape)."""
-    extra = metadata_of(metadata) | (episode or {})
+    extra = {k: v for k, v in metadata_of(metadata).items() if str(k).lower() not in SPLIT_KEYS} | (episode or {})
     extra |= {"prompt_id": str(prompt_id), "difficulty": int(difficulty), "verification": verdict}
     return {"data_source": str(data_source), "solution_str": str(response), "ground_truth": str(ground_truth),
             "extra_info": extra}

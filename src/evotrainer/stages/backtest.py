@@ -13,25 +13,43 @@ This process is the supervisor and the trusted evaluator; it never imports candi
 
 A failed candidate still gets a metrics.json with status "failed" and its label, so the generation
 goes on. metrics.json is written last: its presence means every other file of the backtest is complete.
+
+Replay's rules hold on what training really uses (``harness_code.kept_fraction_failure``, the same function
+replay applies): the curriculum's weights are computed here once, through the same door and with the same
+inputs as at replay, checked (``replay_low_kept_fraction``) and handed to the training child as
+``curriculum_weights.npy``; the share of sampled groups dynamic sampling kept over the whole backtest (all seeds)
+is checked after training (``low_kept_fraction_in_training``). The control (no diff) and the baseline arms are
+the yardsticks: like replay, these rules do not apply to them.
+
+Per-backtest budgets (``search.backtest_budget``, ``backtest_budget``): total wall-clock seconds (training
+children and evaluation), training CPU seconds and sampled responses, each at most ``time_factor`` /
+``samples_factor`` x what this generation's control backtest recorded (where it ran first and succeeded; never
+below ``min_s``), and never more than the absolute caps (``max_s``, ``max_responses_per_step`` x steps), the only
+bound of the control, the baseline and a candidate whose control has no record yet. Over budget ->
+``backtest_over_budget`` (the training child is killed at the wall-clock deadline; CPU and responses are
+checked from what each seed's training recorded). The reward worker's scratch may hold at most ``disk_mb``
+(measured after every batch, in training and evaluation) -> ``sandbox_disk``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evotrainer import runtime, supervisor
 from evotrainer.atomic import copy_tree, read_json, write_json, write_parquet
 from evotrainer.backends import TrainJob
 from evotrainer.contracts import evidence
-from evotrainer.contracts.candidate import CandidateError, apply_diff
+from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import harness_id, load_recipe
-from evotrainer.layout import TrainingRunLayout
+from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.sandbox.candidate_check import check_harness
 from evotrainer.stages.common import backtest_summary, config, read_split, task_of
 
@@ -40,10 +58,30 @@ _SIGNAL_LABELS = {signal.SIGKILL: "oom_killed", signal.SIGSEGV: "train_crash", s
                   signal.SIGBUS: "train_crash", signal.SIGILL: "train_crash", signal.SIGFPE: "train_crash"}
 
 
+WEIGHTS_FILE = "curriculum_weights.npy"  # the curriculum's weights the training child uses (beside train_job.json)
+OVER_BUDGET = "backtest_over_budget"
+
+
 class TrainingFailed(RuntimeError):
     def __init__(self, message: str, label: str):
         super().__init__(message)
         self.label = label
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One backtest's budgets (``backtest_budget``); ``basis``: what they were derived from."""
+
+    wall_s: float
+    cpu_s: float
+    responses: float
+    disk_mb: float
+    basis: str
+
+    def as_dict(self) -> dict:
+        """For metrics.json: an unbounded budget is null."""
+        return {key: None if isinstance(value, float) and math.isinf(value) else value
+                for key, value in asdict(self).items()}
 
 
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
@@ -76,6 +114,8 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         return None
     if replayed["status"] == "rejected":  # the replay showed it cannot work: no training
         return failed(replayed["failure_label"], f"rejected at replay: {replayed['reason']}")
+    started = time.monotonic()
+    diff = ""
     try:
         with tempfile.TemporaryDirectory(prefix="evotrainer-harness-") as scratch:
             diff = ((Path(candidate_dir) / "harness.diff").read_bytes().decode("utf-8", errors="surrogateescape")
@@ -85,25 +125,48 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             copy_tree(applied, out / "harness")
     except CandidateError as err:
         return failed(err.label, str(err))
-    per_seed = []
+    # the control (and its no-change replicas) and the baseline arms are the yardsticks: as at replay, the
+    # kept-fraction rules and the budgets relative to the control do not apply to them
+    yardstick = candidate_dir is None or proposal["candidate_id"] == CONTROL or not diff.strip()
+    budget = backtest_budget(cfg, out, steps, threads, yardstick)
+    from evotrainer.sandbox.harness_code import curriculum_weights, kept_fraction_failure, pool_kept_fraction
+
+    try:  # the weights training uses: computed once, as replay computes them, and checked by the same rule
+        weights = curriculum_weights(out / "harness", *curriculum_inputs(data_dir, evidence_path), cfg.sandbox)
+    except Exception as err:
+        if getattr(err, "label", None) is None:
+            raise
+        return failed(err.label, f"{type(err).__name__}: {err}", budget=budget.as_dict())
+    failure = None if yardstick else kept_fraction_failure(pool_kept=pool_kept_fraction(weights), where="training")
+    if failure is not None:
+        return failed(*failure, budget=budget.as_dict())
+    per_seed, spent = [], {"cpu_s": 0.0, "responses": 0, "kept_groups": 0, "sampled_groups": 0}
     fork = preload_training(cfg, threads)
     try:
         for seed_index in range(seeds):
             seed_out = TrainingRunLayout(out).seed(seed_index).dir
+            seed_out.mkdir(parents=True, exist_ok=True)
+            write_weights(seed_out / WEIGHTS_FILE, weights)
             job = TrainJob(config=str(config_path), parent_policy=str(parent_policy), harness=str(out / "harness"),
                            data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
                            steps=steps, threads=threads, restarts=restarts,
                            seed_index=seed_index + int(proposal.get("seed_offset") or 0) * seeds,
                            **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps)))
-            usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork, cfg=cfg)
-            per_seed.append(evaluate_backtest(cfg, job, split_name, usage))
+            usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork, cfg=cfg,
+                              deadline_s=max(0.0, budget.wall_s - (time.monotonic() - started)))
+            check_training(job, usage, spent, budget, last=seed_index == seeds - 1, rules=not yardstick)
+            per_seed.append(evaluate_backtest(cfg, job, split_name, usage,
+                                              deadline=started + budget.wall_s, disk_mb=budget.disk_mb))
+        if time.monotonic() - started > budget.wall_s:
+            raise TrainingFailed(f"the backtest took {time.monotonic() - started:.0f} s, over its wall-clock budget of "
+                                 f"{budget.wall_s:.0f} s ({budget.basis})", OVER_BUDGET)
     except TrainingFailed as err:
-        return failed(err.label, str(err))
+        return failed(err.label, str(err), budget=budget.as_dict())
     except Exception as err:  # the sandboxed reward failed while we evaluated: the candidate's fault
         label = getattr(err, "label", None)
         if label is None:
             raise  # a bug in trusted code must not be blamed on a candidate
-        return failed(label, f"{type(err).__name__}: {err}")
+        return failed(label, f"{type(err).__name__}: {err}", budget=budget.as_dict())
     metrics = per_seed[0] | {
         f"{split_name}_accuracy": sum(m[f"{split_name}_accuracy"] for m in per_seed) / seeds,
         f"{split_name}_accuracy_per_seed": [m[f"{split_name}_accuracy"] for m in per_seed],
@@ -111,9 +174,96 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         "train_wall_s": sum(m["train_wall_s"] for m in per_seed),
         "samples_generated": sum(m["samples_generated"] for m in per_seed),
         "compute": {key: sum(m["compute"][key] for m in per_seed) for key in per_seed[0]["compute"]},
+        "budget": budget.as_dict(),
     }
     write_json(out / "metrics.json", base | {"status": "ok", "failure_label": None, "error": None} | metrics)
     return None
+
+
+def curriculum_inputs(data_dir: str | Path, evidence_path: str | None):
+    """What the curriculum gets, at replay and in training: the train pool and the generation's cached rollouts
+    as the rollout stage recorded them (None for the baseline arms)."""
+    pool = read_split(Path(data_dir) / "train.parquet")
+    return pool, evidence.read(evidence_path) if evidence_path else None
+
+
+def write_weights(path: Path, weights) -> None:
+    import numpy as np
+
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, np.asarray(weights, dtype=float), allow_pickle=False)
+    tmp.replace(path)
+
+
+def control_record(out: Path) -> dict | None:
+    """This generation's control backtest's metrics, where it ran (first) and succeeded; else None."""
+    try:
+        where = RunLayout.parse(Path(out).resolve())
+    except ValueError:
+        return None
+    if where.key != "backtest" or where.generation is None or where.candidate == CONTROL:
+        return None
+    path = where.layout.gen(where.generation).backtest(CONTROL).metrics
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return record if record.get("status") == "ok" and isinstance(record.get("compute"), dict) else None
+
+
+def backtest_budget(cfg, out: Path, steps: int, threads: int = 1, yardstick: bool = False) -> Budget:
+    """The backtest's budgets (``search.backtest_budget``): the absolute caps scaled to its steps (the baseline
+    trains ``generations`` generations' worth), tightened for a candidate to ``time_factor`` x its control's
+    recorded wall (training + evaluation) and training CPU seconds (never below ``min_s``) and ``samples_factor``
+    x its control's sampled responses, where the control ran first and succeeded."""
+    conf = cfg.search.backtest_budget
+    scale = max(1.0, steps / cfg.search.steps_per_generation)
+    wall, cpu = conf.max_s * scale, conf.max_s * scale * max(1, threads)
+    responses = conf.max_responses_per_step * steps if conf.max_responses_per_step else math.inf
+    basis = "absolute caps: search.backtest_budget.max_s, max_responses_per_step"
+    control = None if yardstick else control_record(out)
+    if control is not None:
+        c = control["compute"]
+        control_wall = float(c.get("train_wall_s", 0.0)) + float(c.get("eval_wall_s", 0.0))
+        wall = min(wall, max(conf.min_s, conf.time_factor * control_wall))
+        if c.get("train_cpu_s") is not None:
+            cpu = min(cpu, max(conf.min_s, conf.time_factor * float(c["train_cpu_s"])))
+        if c.get("sampled_responses"):
+            responses = min(responses, conf.samples_factor * float(c["sampled_responses"]))
+        basis = (f"x{conf.time_factor:g} / x{conf.samples_factor:g} the control's {control_wall:.0f} s, "
+                 f"{float(c.get('train_cpu_s') or 0):.0f} CPU s, {int(c.get('sampled_responses') or 0)} responses "
+                 f"(floor {conf.min_s:g} s)")
+    return Budget(wall_s=float(wall), cpu_s=float(cpu), responses=float(responses), disk_mb=float(conf.disk_mb),
+                  basis=basis)
+
+
+def check_training(job: TrainJob, usage: dict, spent: dict, budget: Budget, *, last: bool, rules: bool) -> None:
+    """After one seed's training: add what it spent (training CPU seconds, sampled responses, groups sampled and
+    kept) to the backtest's totals; over a budget -> ``backtest_over_budget``; after the last seed, the groups
+    dynamic sampling kept over the whole backtest under the kept-fraction rule (``rules``: not the yardsticks)."""
+    import pandas as pd
+
+    from evotrainer.sandbox.harness_code import kept_fraction_failure
+
+    log = pd.read_parquet(Path(job.out) / "train_log.parquet")
+
+    def total(column: str) -> int:
+        return int(log[column].clip(lower=0).sum()) if column in log else 0
+
+    spent["cpu_s"] += float(usage.get("train_cpu_s") or 0.0)
+    spent["responses"] += total("samples_generated")
+    spent["kept_groups"] += total("kept_groups")
+    spent["sampled_groups"] += total("sampled_groups")
+    if spent["cpu_s"] > budget.cpu_s:
+        raise TrainingFailed(f"training used {spent['cpu_s']:.0f} CPU s, over the backtest's budget of "
+                             f"{budget.cpu_s:.0f} ({budget.basis})", OVER_BUDGET)
+    if spent["responses"] > budget.responses:
+        raise TrainingFailed(f"training sampled {spent['responses']} responses, over the backtest's budget of "
+                             f"{budget.responses:.0f} ({budget.basis})", OVER_BUDGET)
+    if last and rules and spent["sampled_groups"] > 0:
+        failure = kept_fraction_failure(groups_kept=spent["kept_groups"] / spent["sampled_groups"], where="training")
+        if failure is not None:
+            raise TrainingFailed(failure[1], failure[0])
 
 
 def compute_budget(cfg, steps: int) -> dict:
@@ -137,21 +287,22 @@ def matched_budget(cfg, lineage_path: str) -> dict:
     return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}
 
 
-def supervise(job: TrainJob, hang_s: float, fork: bool = False, cfg=None) -> dict:
+def supervise(job: TrainJob, hang_s: float, fork: bool = False, cfg=None, deadline_s: float | None = None) -> dict:
     """Run the training child (stage `train`) and watch it; returns its resource usage, raises TrainingFailed.
     ``fork``: the child is forked from this process, which has already imported torch, transformers and
     the local trainer (``preload_training``), instead of exec'ing a new interpreter that imports them
     again (~9 s of CPU per backtest on the default CPU machine); it is still a process of its own, in a
     session of its own, watched the same way. A forked child gets ``cfg`` (the stage's loaded config) as it
-    is; an exec'ed one loads ``job.config`` once itself."""
+    is; an exec'ed one loads ``job.config`` once itself. ``deadline_s``: the backtest's wall-clock budget left
+    (the child is killed at it: ``backtest_over_budget``)."""
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     job.to_json(out / "train_job.json")
     if fork:
         entry = functools.partial(train_child, cfg=cfg)
-        return supervise_start(lambda log: _fork(entry, str(out / "train_job.json"), log), out, hang_s)
+        return supervise_start(lambda log: _fork(entry, str(out / "train_job.json"), log), out, hang_s, deadline_s)
     return supervise_command([sys.executable, "-m", "evotrainer.cli", "stage", "train", "--job", str(out / "train_job.json")],
-                             out, hang_s)
+                             out, hang_s, deadline_s)
 
 
 def preload_training(cfg, threads: int) -> bool:
@@ -179,22 +330,29 @@ def _fork(entry, argument: str, log) -> supervisor.Child:
     return supervisor.fork(entry, argument, stdout=log, stderr=log)
 
 
-def supervise_command(cmd: list[str], out: Path, hang_s: float) -> dict:
+def supervise_command(cmd: list[str], out: Path, hang_s: float, deadline_s: float | None = None) -> dict:
     """Run ``cmd`` in its own session and watch it (``supervise_start``)."""
-    return supervise_start(lambda log: supervisor.start(cmd, stdout=log, stderr=subprocess.STDOUT), out, hang_s)
+    return supervise_start(lambda log: supervisor.start(cmd, stdout=log, stderr=subprocess.STDOUT), out, hang_s,
+                           deadline_s)
 
 
-def supervise_start(start, out: Path, hang_s: float) -> dict:
+def supervise_start(start, out: Path, hang_s: float, deadline_s: float | None = None) -> dict:
     """Start a child (``start(log_file) -> supervisor.Child``, a session leader writing to out/train.log), read
     its heartbeat (out/progress.json) and its result (out/train_result.json); a signal death, a missing
     result or no heartbeat for ``hang_s`` raises TrainingFailed with the candidate's label. However the child
     ends, nothing it started (a reward worker, say) outlives it. If this process gets SIGTERM, SIGINT or
-    SIGHUP, the training tree is killed first and nothing is labelled (the signal ends this process)."""
+    SIGHUP, the training tree is killed first and nothing is labelled (the signal ends this process).
+    ``deadline_s``: killed after that many seconds -> ``backtest_over_budget``."""
     for stale in ("train_result.json", "progress.json"):
         (out / stale).unlink(missing_ok=True)
     with open(out / "train.log", "ab") as log, start(log) as child:
         child.set_heartbeat(out / "progress.json", hang_s)
+        if deadline_s is not None:
+            child.set_deadline(deadline_s)
         outcome = child.wait_outcome()
+    if outcome.kind == "deadline":
+        raise TrainingFailed(f"training ran past the backtest's wall-clock budget ({deadline_s:.0f} s left when it "
+                             f"started; search.backtest_budget); killed. See {out / 'train.log'}", OVER_BUDGET)
     if outcome.kind == "hang":
         raise TrainingFailed(f"training made no progress for {hang_s:.0f} s (search.train_hang_s); killed. "
                              f"See {out / 'train.log'}", "train_timeout")
@@ -212,7 +370,8 @@ def supervise_start(start, out: Path, hang_s: float) -> dict:
     return {"train_wall_s": outcome.wall_s, "train_cpu_s": outcome.cpu_s, "train_max_rss_mb": outcome.max_rss_mb}
 
 
-def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
+def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict, deadline: float | None = None,
+                      disk_mb: float | None = None) -> dict:
     """Trusted evaluation of a trained policy (the evaluator of backends.rollouts): greedy val with the
     task's verify, and the exit rollouts, the branch's archived training-style evidence: groups sampled
     from the final policy under the candidate's own reward on a fixed probe subset (what an evolved
@@ -221,7 +380,7 @@ def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
     import pandas as pd
 
     from evotrainer.backends import rollouts
-    from evotrainer.sandbox.harness_code import harness_reward
+    from evotrainer.sandbox.harness_code import BudgetedReward, harness_reward
 
     out, harness, data = Path(job.out), Path(job.harness), Path(job.data_dir)
     log = pd.read_parquet(out / "train_log.parquet")
@@ -229,7 +388,7 @@ def evaluate_backtest(cfg, job: TrainJob, split_name: str, usage: dict) -> dict:
     eval_start = time.time()
     ids = {"run": cfg.run, "generation": job.generation, "step": job.steps,
            "policy_id": runtime.policy_id(out / "policy"), "harness_id": harness_id(harness), "seed": seed}
-    with harness_reward(harness, cfg.sandbox) as reward:
+    with BudgetedReward(harness_reward(harness, cfg.sandbox), deadline=deadline, disk_mb=disk_mb) as reward:
         player = rollouts.evaluator(rollouts.Setting(cfg, task_of(cfg), harness, reward, job.threads),
                                     policy_dir=out / "policy")
         val = player.greedy(read_split(data / f"{split_name}.parquet"), split=split_name, **ids)
@@ -256,20 +415,24 @@ def _summary(val_frame, log, job: TrainJob, split_name: str, usage: dict, eval_s
 def train_child(job_path: str, cfg=None) -> int:
     """Stage `train` (the supervised child): the backend trains with the sandboxed reward and curriculum
     and writes train_log.parquet, policy/ and train_result.json; a sandbox failure keeps its label."""
+    import numpy as np
+
     from evotrainer import backends
-    from evotrainer.sandbox.harness_code import curriculum_weights, harness_reward
+    from evotrainer.sandbox.harness_code import BudgetedReward, curriculum_weights, harness_reward
 
     job = TrainJob.from_json(job_path)
     cfg = config(job.config) if cfg is None else cfg  # forked from the stage: its config, not loaded again
     out = Path(job.out)
     try:
         task = task_of(cfg)
-        pool = read_split(Path(job.data_dir) / "train.parquet")
-        past = evidence.read(job.evidence) if job.evidence else None
-        weights = curriculum_weights(job.harness, pool, past, cfg.sandbox)
+        if (out / WEIGHTS_FILE).exists():  # computed and checked by the stage (replay's door and rule)
+            weights = np.load(out / WEIGHTS_FILE, allow_pickle=False)
+        else:  # `stage train` run by hand
+            weights = curriculum_weights(job.harness, *curriculum_inputs(job.data_dir, job.evidence), cfg.sandbox)
         trainer = backends.trainer(cfg.trainer.name)
         if cfg.trainer.name == "local":
-            with harness_reward(job.harness, cfg.sandbox) as reward:
+            with BudgetedReward(harness_reward(job.harness, cfg.sandbox),
+                                disk_mb=cfg.search.backtest_budget.disk_mb) as reward:
                 log = trainer(job, reward=reward, task=task, weights=weights, cfg=cfg)
         else:  # verl loads its own trusted shim, which starts the sandboxed worker in verl's processes
             log = trainer(job, reward=None, task=task, weights=weights, cfg=cfg)

@@ -1,12 +1,24 @@
-"""Stage `data`: the task's seeded splits (each split from its own seeded generator or file)."""
+"""Stage `data`: the task's splits (each split from its own seeded generator or file), keyed by the split secret.
+
+Held-out membership must not be rebuildable from public information (DESIGN.md §9): the seed a task's
+``splits`` receives is ``task.seed`` keyed by the results folder's split secret (``evotrainer.split_secret``,
+kept outside every sandbox mount), and every row gets an opaque ``prompt_id`` (a keyed hash: no split name,
+no order). Files a user gives (verl parquet, HumanEval) keep their own split; only their ids change.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pandas as pd
+
+from evotrainer import split_secret
 from evotrainer.atomic import write_parquet
-from evotrainer.contracts.task import check_split
+from evotrainer.contracts.task import TaskError, check_split
 from evotrainer.stages.common import config, task_of
+
+HELD_OUT = "test"  # must share no prompt with the splits made before it
 
 
 def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None:
@@ -16,5 +28,52 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
     task = task_of(cfg)  # multi-turn tasks (agentic): rows are environment instances
     splits = splits or ["train", "val", "probe"]
     sizes = {split: cfg.task.sizes[split] for split in splits}
-    for split, frame in task.splits(sizes, cfg.task.seed).items():
-        write_parquet(Path(out_dir) / f"{split}.parquet", check_split(frame, f"task {cfg.task.name!r}, split {split!r}"))
+    secret = split_secret.load_or_create(cfg.results_dir)
+    made = task.splits(sizes, split_secret.split_seed(secret, cfg.task.seed))
+    frames = {split: with_opaque_ids(check_split(frame, f"task {cfg.task.name!r}, split {split!r}"), split, secret)
+              for split, frame in made.items()}
+    out = Path(out_dir)
+    earlier = {p.stem: pd.read_parquet(p, columns=["prompt_id", "prompt", "ground_truth"])
+               for p in sorted(out.glob("*.parquet")) if p.stem not in frames}
+    check_ids_unique({**earlier, **frames})
+    if HELD_OUT in frames:
+        check_held_out_disjoint(frames[HELD_OUT], {**earlier, **frames}, secret)
+    for split, frame in frames.items():
+        write_parquet(out / f"{split}.parquet", frame)
+
+
+def prompt_text(prompt) -> str:
+    """A split row's prompt (chat messages) as one string."""
+    return json.dumps([[str(m["role"]), str(m["content"])] for m in prompt])
+
+
+def with_opaque_ids(frame: pd.DataFrame, split: str, secret: str) -> pd.DataFrame:
+    """``frame`` with ``prompt_id`` replaced by keyed ids (``split_secret.prompt_id``): unique, no split, no order."""
+    ids = [split_secret.prompt_id(secret, split, prompt_text(p), i) for i, p in enumerate(frame["prompt"])]
+    return frame.assign(prompt_id=ids)
+
+
+def check_ids_unique(frames: dict[str, pd.DataFrame]) -> None:
+    ids = pd.concat([f["prompt_id"] for f in frames.values()], ignore_index=True)
+    if ids.duplicated().any():  # 64-bit keyed hashes: a collision means a bug, not bad luck
+        raise TaskError(f"prompt_id {ids[ids.duplicated()].iloc[0]!r} appears twice across splits {sorted(frames)}")
+
+
+def check_held_out_disjoint(held_out: pd.DataFrame, frames: dict[str, pd.DataFrame], secret: str) -> None:
+    """The test split shares no (prompt, ground truth) with the other splits. It fails when the split secret
+    changed between the data stage and heldout (the file was deleted, or $EVOTRAINER_SPLIT_SECRET_FILE points
+    elsewhere), or when the data folder was made before split secrets existed."""
+    def rows(frame):
+        return set(zip(map(prompt_text, frame["prompt"]), frame["ground_truth"].astype(str), strict=True))
+
+    test = rows(held_out)
+    for split, frame in frames.items():
+        if split == HELD_OUT:
+            continue
+        shared = len(test & rows(frame))
+        if shared:
+            raise TaskError(
+                f"the {HELD_OUT} split shares {shared} prompt(s) with {split}: the splits were made under another "
+                f"split secret (this one: {split_secret.fingerprint(secret)}; {split_secret.ENV_VAR} or the "
+                f"results folder's {split_secret.SPLIT_SECRET} changed) or before split secrets existed; remake "
+                f"the run's data (snakemake --forcerun data) or restore the secret file")

@@ -14,7 +14,7 @@ from evotrainer import runtime
 from evotrainer.atomic import write_json
 from evotrainer.backends import rollouts
 from evotrainer.contracts.harness import harness_id
-from evotrainer.sandbox.harness_code import harness_reward
+from evotrainer.sandbox.harness_code import LabelledReward, harness_reward
 from evotrainer.stages.common import config, read_split, task_of
 
 
@@ -25,11 +25,12 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
     task = task_of(cfg)
     ids = {"run": cfg.run, "generation": -1, "split": "test", "step": 0, "policy_id": runtime.policy_id(policy_dir),
            "harness_id": harness_id(harness_dir), "seed": cfg.seed}
-    with harness_reward(harness_dir, cfg.sandbox) as reward:
+    with LabelledReward(harness_reward(harness_dir, cfg.sandbox)) as reward:
         player = rollouts.evaluator(rollouts.Setting(cfg, task, Path(harness_dir), reward, threads), policy_dir=policy_dir)
         played = player.greedy(read_split(test_path), **ids)
     played.write(out_rollouts, Path(out_rollouts).with_name(Path(out_rollouts).stem + "_turns.parquet"))
     frame = played.frame
+    failed = reward.failure_label is not None or not frame["reward"].notna().all()
     by_difficulty = frame.groupby("difficulty")["correct"].mean()
     write_json(out_json, {
         "run": cfg.run,
@@ -39,6 +40,10 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
         "test_accuracy_by_difficulty": {str(k): float(v) for k, v in by_difficulty.items()},
         "test_prompts": len(frame),
         "test_stderr": float(frame["correct"].std(ddof=1) / len(frame) ** 0.5) if len(frame) > 1 else None,
+        # the harness reward beside it (never an accuracy): missing when the harness failed on test rows
+        "test_reward_mean": None if failed or not len(frame) else float(frame["reward"].mean()),
+        "harness_failure_label": reward.failure_label,
+        "harness_failure": reward.failure,
         "compute": {"eval_responses": int(len(frame)), "eval_generated_tokens": int(frame["response_tokens"].sum()),
                     "eval_wall_s": time.time() - start},
     } | ({"test_solve_rate": float(frame["correct"].mean()), "test_turns_mean": float(frame["turns"].mean())}

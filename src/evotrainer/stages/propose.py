@@ -17,6 +17,7 @@ from evotrainer.contracts import agent_calls, lineage
 from evotrainer.contracts import skill as skills
 from evotrainer.contracts.candidate import CONTROL, Proposal
 from evotrainer.contracts.harness import harness_id
+from evotrainer.contracts.text import bounded_text
 from evotrainer.layout import RunLayout
 from evotrainer.runtime import diff_hash
 from evotrainer.sandbox.candidate_check import validate
@@ -70,9 +71,10 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
                 "signature": context.signature,
                 "diff_hash": diff_hash(proposal.diff),
                 # an agent's failed candidate (FailedProposal) keeps its label; the rest are checked here
-                "validation": getattr(proposal, "failure", None) or validate(harness_dir, proposal.diff),
+                "validation": _validation(proposal, harness_dir),
             }
             record.pop("diff")
+            record["hypothesis"] = bounded_text(record.get("hypothesis") or "")
             (folder / "proposal.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         agent_calls.write(tmp / agent_calls.FILE_NAME, getattr(agent, "calls", []))  # LLM agents' API calls
         (tmp / "narrative.md").write_text(
@@ -81,6 +83,22 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
             + "".join(f"- `c{i}` {p.intervention}: {p.hypothesis}\n" for i, p in enumerate(proposals, 1)),
             encoding="utf-8",
         )
+
+
+def _validation(proposal: Proposal, harness_dir: str) -> dict:
+    """The candidate's check, its error text bounded; whatever goes wrong checking one candidate fails that
+    candidate (with the error's label where it has one), never the stage and the candidates after it."""
+    result = getattr(proposal, "failure", None)
+    if not result:
+        try:
+            result = validate(harness_dir, proposal.diff)
+        except Exception as err:  # noqa: BLE001 - one candidate's check never stops the others
+            label = getattr(err, "label", None)
+            result = {"ok": False, "failure_label": label if label in lineage.FAILURE_LABELS else "sandbox_crash",
+                      "error": f"{type(err).__name__}: {err}", "files": []}
+    if isinstance(result.get("error"), str):
+        result = result | {"error": bounded_text(result["error"])}
+    return result
 
 
 def _severities(findings: list[dict]) -> dict[str, str]:

@@ -7,6 +7,12 @@ get no gradient), replay_low_kept_fraction (dynamic sampling or the curriculum w
 groups / of the prompt pool), and the sandbox labels when the candidate's code hangs, crashes or
 breaks a sandbox rule on real inputs.
 
+The curriculum is called exactly as training calls it (``harness_code.curriculum_weights``: a sandbox of its
+own, the train pool and the generation's cached rollouts as recorded, no recipe or other file beside them), so
+it cannot behave one way here and another in training; the diagnostics run in a separate sandbox on the
+rescored evidence. The kept-fraction rule is ``harness_code.kept_fraction_failure``, which training applies
+again to the weights it uses and the groups it keeps.
+
 A candidate that changes only diagnostics.py gets the diagnostic backtest instead (status
 "diagnostic"; see evotrainer.search.diagnostic_backtest): registered or failed, never trained.
 """
@@ -16,15 +22,19 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from evotrainer.atomic import read_json, write_json
 from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts import turns as turns_contract
 from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.layout import RunLayout
-from evotrainer.sandbox.harness_code import harness_reward
+from evotrainer.sandbox.harness_code import (
+    MIN_KEPT_FRACTION,
+    curriculum_weights,
+    harness_reward,
+    kept_fraction_failure,
+    pool_kept_fraction,
+)
 from evotrainer.sandbox.runner import SandboxError, run_tasks
 from evotrainer.scoring import rescore
 from evotrainer.search.diagnostic_backtest import (
@@ -36,9 +46,7 @@ from evotrainer.search.diagnostic_backtest import (
 from evotrainer.search.gates import reward_auc, reward_false_positive_rate
 from evotrainer.stages.common import config, read_split
 
-MIN_KEPT_FRACTION = 0.10
-
-
+__all__ = ["MIN_KEPT_FRACTION", "run", "diagnostic_replay"]
 
 
 def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str, candidate_dir: str, pool_path: str,
@@ -67,17 +75,14 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
             recipe = load_recipe(harness)
             with harness_reward(harness, cfg.sandbox) as reward:
                 rescored = ev.assign(reward=rescore(ev, prompts, reward, recipe=recipe, turns=turns).rewards)
-            result = run_tasks(harness, ["weights", "diagnose"], {"pool": pool, "evidence": rescored, "recipe": recipe})
+            # what training's curriculum gets: the same door, the same pool, the cached rollouts as recorded
+            weights = curriculum_weights(harness, pool, ev, cfg.sandbox)
+            result = run_tasks(harness, ["diagnose"], {"evidence": rescored, "recipe": recipe},
+                               isolation=cfg.sandbox.isolation)
         except (CandidateError, SandboxError) as err:
             write_json(out, base | {"status": "rejected", "failure_label": err.label, "reason": str(err)})
             return
-    weights = result["weights"]
-    if weights.shape != (len(pool),) or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
-        write_json(out, base | {"status": "rejected", "failure_label": "sandbox_crash",
-                                "reason": f"curriculum.prompt_weights returned an invalid array (shape {weights.shape})"})
-        return
-    # effective share of the pool the curriculum samples from (Kish effective sample size / pool size)
-    pool_kept = float(weights.sum() ** 2 / (len(weights) * (weights**2).sum()))
+    pool_kept = pool_kept_fraction(weights)
     dead = evidence.dead_group_ratio(rescored)
     groups_kept = 1.0 - dead if recipe["dynamic_sampling"] else 1.0
     flagged = sorted(f["name"] for f in result["findings"] if f.get("severity") in ("warn", "critical"))
@@ -99,9 +104,8 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
         pass  # the control (and its seed replicas) is the generation's yardstick: it always trains
     elif dead >= 1.0 - 1e-9:
         label, reason = "replay_no_signal", "every cached group has zero reward variance under this reward"
-    elif min(groups_kept, pool_kept) < MIN_KEPT_FRACTION:
-        label, reason = "replay_low_kept_fraction", (
-            f"would keep {min(groups_kept, pool_kept):.1%} (< {MIN_KEPT_FRACTION:.0%}) of groups / prompt pool")
+    elif (failure := kept_fraction_failure(pool_kept=pool_kept, groups_kept=groups_kept, where="replay")) is not None:
+        label, reason = failure
     write_json(out, base | {"status": "rejected" if label else "ok", "failure_label": label, "reason": reason} | metrics)
 
 

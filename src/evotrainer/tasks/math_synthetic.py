@@ -4,12 +4,16 @@ the final answer in ``\\boxed{}``. Used by the tests and as an example of the fo
 downloaded.
 
     from evotrainer.tasks.math_synthetic import write_dataset
-    write_dataset("data/math_demo", {"train": 2000, "val": 200, "test": 200}, seed=0)
+    write_dataset("data/math_demo", {"train": 2000, "val": 200, "test": 200})
     # then: task=math task.data_dir=data/math_demo
+
+The files' split is the user's (task=math keeps it), so a seed that others know lets them rebuild the test
+file from this generator; ``seed=None`` (the default) draws a random one. Give a seed only to reproduce a file.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from fractions import Fraction
@@ -93,8 +97,10 @@ def make_rows(split: str, size: int, seed: int) -> list[dict]:
     return rows
 
 
-def write_dataset(out_dir: str | Path, sizes: dict[str, int], seed: int = 0) -> Path:
-    """Write ``<split>.parquet`` for each split in ``sizes`` (train, val, test; probe optional)."""
+def write_dataset(out_dir: str | Path, sizes: dict[str, int], seed: int | None = None) -> Path:
+    """Write ``<split>.parquet`` for each split in ``sizes`` (train, val, test; probe optional). ``seed``: None =
+    a random one (nobody can rebuild the test file from the package source)."""
+    seed = int.from_bytes(os.urandom(8), "big") if seed is None else seed
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for split, size in sizes.items():

@@ -1,6 +1,10 @@
 """Disjoint splits by construction: every prompt text belongs to exactly one partition (train, val or
 test) by a seeded hash, so a split can be made alone (the test split only after the loop) and never
-shares a prompt with another partition. The probe split samples the training partition."""
+shares a prompt with another partition. The probe split samples the training partition.
+
+In a run the seed is secret (the data stage passes ``task.seed`` keyed by the split secret,
+``evotrainer.split_secret``), so the hash cannot be recomputed inside the sandbox, where this source and the
+config are readable but the secret is not."""
 
 from __future__ import annotations
 

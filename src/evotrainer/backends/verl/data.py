@@ -1,10 +1,10 @@
 """Task splits -> verl's RL parquet schema, and the policy directory verl trains from.
 
 verl's RLHFDataset reads: ``data_source`` (selects the reward), ``prompt`` (a chat list of
-{role, content}), ``ability``, ``reward_model`` {style, ground_truth} and ``extra_info`` {split,
-index, ...}. Here ``prompt`` is the task's messages as they are, ``ability`` the task's name and
-``extra_info`` = the row's metadata (parsed) plus split, index, prompt_id and difficulty (these four
-win over a metadata key of the same name, as in the local trainer's reward rows), plus the metadata
+{role, content}), ``ability``, ``reward_model`` {style, ground_truth} and ``extra_info`` {index, ...}. Here ``prompt`` is the task's
+messages as they are, ``ability`` the task's name and ``extra_info`` = the row's metadata (parsed) plus
+index (the row's position in its file, which verl reads), prompt_id and difficulty (these three win over a
+metadata key of the same name, as in the local trainer's reward rows), plus the metadata
 JSON string itself under ``METADATA_KEY``: the reward shim hands that exact string to the task's
 ``verify`` (a parquet struct column fills keys a row lacks with nulls) and removes it before the
 harness reward sees ``extra_info``. verl passes ``extra_info`` to the reward unchanged.
@@ -27,14 +27,16 @@ from evotrainer.contracts.task import SPLIT_COLUMNS, TaskError, metadata_of
 from evotrainer.policy.chat import as_messages, ensure_chat_template, prompt_token_ids
 
 METADATA_KEY = "evotrainer_metadata"
-OWN_KEYS = ("split", "index", "prompt_id", "difficulty", METADATA_KEY)  # what _extra_info adds to the metadata
+# what _extra_info adds to the metadata; never the split's name: harness code must not tell training rows from
+# val rows (docs/sandbox.md, "Harness code cannot tell where it runs")
+OWN_KEYS = ("split", "index", "prompt_id", "difficulty", METADATA_KEY)  # "split": removed from a metadata that has it
 VERL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
 
 
 def _extra_info(row, split: str, index: int) -> dict:
     """verl's ``extra_info`` of one task row (a namedtuple of the split's columns)."""
-    metadata = metadata_of(row.metadata)
-    return metadata | {"split": split, "index": index, "prompt_id": str(row.prompt_id), "difficulty": int(row.difficulty),
+    metadata = {k: v for k, v in metadata_of(row.metadata).items() if k != "split"}
+    return metadata | {"index": index, "prompt_id": str(row.prompt_id), "difficulty": int(row.difficulty),
                        METADATA_KEY: row.metadata if isinstance(row.metadata, str) else json.dumps(metadata)}
 
 

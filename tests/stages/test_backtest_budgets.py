@@ -1,0 +1,93 @@
+"""Per-backtest budgets (issue "Trust boundary, round two", item 6): total wall-clock time relative to the
+generation's control (or an absolute cap), the reward worker's scratch disk, and sampled responses. A candidate
+over a budget fails with its label in metrics.json; nothing is raised, so the generation goes on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evotrainer.agents.heuristic import set_recipe_values, unified_diff
+from evotrainer.atomic import write_json, write_parquet
+from evotrainer.config import compose, to_yaml
+from evotrainer.contracts.harness import DEFAULT_HARNESS
+from evotrainer.stages import backtest
+from tests.hacks import write_candidate
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+RECIPE = (DEFAULT_HARNESS / "recipe.yaml").read_text()
+REWARD = (DEFAULT_HARNESS / "reward.py").read_text()
+
+
+def reward_diff(prelude: str) -> str:
+    """The default reward with ``prelude`` run at the start of every compute_score call."""
+    body = "".join(f"    {line}\n" for line in prelude.splitlines())
+    return unified_diff("reward.py", REWARD, REWARD.replace("import re\n", "import os\nimport re\nimport time\n").replace(
+        "    match = _ANSWER", body + "    match = _ANSWER"))
+
+
+# one sleep per batch: under every per-batch deadline (reward_timeout_s), yet it adds up over a backtest
+SLEEPY = reward_diff('if not os.path.exists("slept") or os.path.getmtime("slept") < time.time() - 1:\n'
+                     '    time.sleep(1.5)\n    open("slept", "w").close()')
+# a new 20 MB file every second it is called (about one a batch), each far under the per-file limit
+DISK_HOG = reward_diff('if not os.path.exists(f"blob{int(time.time())}"):\n'
+                       '    open(f"blob{int(time.time())}", "wb").write(b"x" * (20 << 20))')
+
+
+def _world(root, splits, *overrides):
+    conf = root / "config.yaml"
+    conf.write_text(to_yaml(compose(["experiment=quick", *overrides])))
+    for split in ("train", "val", "probe"):
+        write_parquet(root / "data" / f"{split}.parquet", splits[split] if split != "val" else splits["val"].head(40))
+    return conf
+
+
+def _backtest(root, conf, tiny_policy, out, cid, diff, steps=4):
+    folder = write_candidate(root / "candidates" / cid, cid, diff)
+    backtest.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(folder), str(root / "data"), None, str(out),
+                 generation=0, steps=steps)
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_a_reward_that_sleeps_each_batch_runs_out_of_the_time_its_control_took(tmp_path, tiny_policy, splits):
+    """The control (recorded first, as the generation's backtests run) took well under a second: the candidate
+    may take at most max(time_factor x that, min_s) = 2 s in all, and is stopped there."""
+    import time
+
+    conf = _world(tmp_path, splits, "search.backtest_budget.time_factor=2", "search.backtest_budget.min_s=2")
+    gen = tmp_path / "results" / "r" / "gen0" / "backtest"
+    write_json(gen / "control" / "metrics.json", {"status": "ok", "compute": {
+        "train_wall_s": 0.3, "eval_wall_s": 0.2, "train_cpu_s": 0.3, "sampled_responses": 10**6}})
+    began = time.monotonic()
+    m = _backtest(tmp_path, conf, tiny_policy, gen / "sleepy", "sleepy", SLEEPY, steps=12)
+    assert m["status"] == "failed" and m["failure_label"] == "backtest_over_budget", m
+    assert m["budget"]["wall_s"] == pytest.approx(2.0) and "control" in m["budget"]["basis"]
+    assert time.monotonic() - began < 20  # 12 steps x 1.5 s of sleep were never spent
+
+
+def test_without_a_control_record_the_absolute_cap_holds(tmp_path, tiny_policy, splits):
+    conf = _world(tmp_path, splits, "search.backtest_budget.max_s=3")
+    m = _backtest(tmp_path, conf, tiny_policy, tmp_path / "backtest" / "sleepy", "sleepy", SLEEPY, steps=12)
+    assert m["status"] == "failed" and m["failure_label"] == "backtest_over_budget", m
+    assert m["budget"]["wall_s"] == pytest.approx(3.0) and "absolute" in m["budget"]["basis"]
+
+
+def test_a_reward_that_fills_its_scratch_fails_with_sandbox_disk(tmp_path, tiny_policy, splits):
+    conf = _world(tmp_path, splits, "search.backtest_budget.disk_mb=50")
+    m = _backtest(tmp_path, conf, tiny_policy, tmp_path / "backtest" / "hog", "hog", DISK_HOG, steps=12)
+    assert m["status"] == "failed" and m["failure_label"] == "sandbox_disk", m
+    assert "scratch" in m["error"]
+
+
+def test_a_candidate_that_samples_more_than_the_budget_fails_and_the_control_does_not(tmp_path, tiny_policy, splits):
+    """Under a steps budget a bigger group samples twice the responses per step: over the cap of 256 a step."""
+    conf = _world(tmp_path, splits, "search.backtest_budget.max_responses_per_step=256")
+    control = _backtest(tmp_path, conf, tiny_policy, tmp_path / "backtest" / "control", "control", "", steps=2)
+    assert control["status"] == "ok", control
+    assert control["compute"]["sampled_responses"] == 2 * 256 and control["budget"]["responses"] == 512
+    wide = unified_diff("recipe.yaml", RECIPE, set_recipe_values(RECIPE, {"group_size": 16}))
+    m = _backtest(tmp_path, conf, tiny_policy, tmp_path / "backtest" / "wide", "wide", wide, steps=2)
+    assert m["status"] == "failed" and m["failure_label"] == "backtest_over_budget", m
+    assert "1024 responses" in m["error"]
