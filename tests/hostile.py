@@ -403,7 +403,7 @@ def _specs() -> dict[str, Spec]:
     add("crash_return_dict_without_score", "crash", "replay", {"reward_error"},
         lambda t: reward("pass", at="score", returns='{"correct": 1.0}'),
         "return a dict without 'score'")
-    add("crash_curriculum_nan", "crash", "replay", {"sandbox_crash"},
+    add("crash_curriculum_nan", "crash", "replay", {"curriculum_error"},
         lambda t: whole("curriculum.py", _source("curriculum.py").replace(
             "np.ones(len(pool), dtype=float)", "np.full(len(pool), np.nan)")),
         "curriculum returns NaN weights")
@@ -490,7 +490,53 @@ def _specs() -> dict[str, Spec]:
     add("diagnostics_write_outside", "diagnostics", "diagnostic", {"diagnostic_violation"},
         lambda t: diagnostics(f"open({str(t.canary_dir / ('diag-' + t.token))!r}, 'w').write('pwned')"),
         "diagnose() writes outside the workspace")
+
+    # ---- round two (issue 28): what a candidate leaves behind or sends back fails it alone, never the stage
+    add("crash_deep_scratch", "crash", "select", VETOED,
+        lambda t: reward(_DEEP_CHAIN, at="score", invert=True),
+        "a 3,000-deep directory chain in the scratch (a recursive delete raised RecursionError), wrong answers paid")
+    add("parse_pickled_weights", "parse", "replay", {"sandbox_bad_output"},
+        lambda t: whole("curriculum.py", _source("curriculum.py") + _PICKLED_WEIGHTS),
+        "a pickled object array written over the weights file at exit")
+    add("parse_huge_import_error", "parse", "propose", {"import_error"},
+        lambda t: reward("raise ValueError('x' * 24_000_000)", at="import"),
+        "an import error of 24 MB (copied into proposal.json and the lineage before)")
+    add("crash_pidfd_kill_parent", "crash", "replay", {"sandbox_violation"},
+        lambda t: reward("import os, signal\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)",
+                         at="score"),
+        "SIGKILL the trusted parent through a pidfd (passed the audit hook and seccomp before)")
+    add("diagnostics_nested_findings", "diagnostics", "diagnostic", {"diagnostic_invalid"},
+        lambda t: diagnostics(_NESTED_FINDINGS),
+        "the findings file rewritten at exit as 100,000 nested lists (RecursionError in the trusted parser)")
     return s
+
+
+_DEEP_CHAIN = """
+import os
+if not os.path.isdir("deep"):
+    fd, name = os.open(".", os.O_RDONLY), "deep"
+    for _ in range(3000):
+        os.mkdir(name, dir_fd=fd)
+        down = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd, name = down, "d"
+    os.close(fd)
+"""
+_PICKLED_WEIGHTS = """
+
+import atexit as _atexit
+
+
+def _pickled_weights():
+    np.save("out_weights.npy", np.array([object()] * 4, dtype=object), allow_pickle=True)
+
+
+_atexit.register(_pickled_weights)
+"""
+_NESTED_FINDINGS = """
+import atexit
+atexit.register(lambda: open("out_findings.json", "w").write("[" * 100_000 + "]" * 100_000))
+"""
 
 
 SPECS = _specs()

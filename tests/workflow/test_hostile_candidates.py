@@ -354,6 +354,17 @@ def test_no_credential_reaches_the_results_tree(finished):
     assert leaks == []
 
 
+def test_stored_error_texts_are_bounded(finished):
+    """A candidate's text (a 24 MB import error) is stored bounded: what the agents read stays small."""
+    run = finished["run"]
+    big = [f"{path.relative_to(run)}: {path.stat().st_size} bytes" for path in
+           [*run.glob("gen*/candidates/*/proposal.json"), *run.glob("gen*/backtest/*/metrics.json"),
+            *run.glob("gen*/replay/*.json"), run / "lineage.parquet"] if path.stat().st_size > 200_000]
+    assert big == []
+    rows = lineage.read(run / "lineage.parquet")
+    assert rows["error"].fillna("").str.len().max() <= 12_000
+
+
 def test_a_symlink_in_a_candidate_harness_copies_nothing_from_outside(finished):
     secret = f"hostile-file-canary-{finished['targets'].token}".encode()
     copied = [str(p) for p in finished["workdir"].joinpath("results").rglob("*")

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from evotrainer.contracts.text import bounded_text
+from evotrainer.sandbox.errors import SandboxError
 
 BAD_OUTPUT = "sandbox_bad_output"
 MAX_JSON_BYTES = 64 << 20
@@ -33,9 +34,7 @@ _STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def bad_output(message: str, label: str = BAD_OUTPUT):
-    """The labelled error (SandboxError lives in runner, which imports this module)."""
-    from evotrainer.sandbox.runner import SandboxError
-
+    """The labelled error."""
     return SandboxError(bounded_text(message, 2000), label)
 
 

@@ -40,6 +40,7 @@ from evotrainer import supervisor
 from evotrainer.contracts.text import bounded_text
 from evotrainer.sandbox import isolation as iso
 from evotrainer.sandbox import outputs
+from evotrainer.sandbox.errors import SandboxError
 from evotrainer.sandbox.scratch import MAX_ENTRIES, scratch_dir, tree_bytes
 
 EXIT_VIOLATION, EXIT_MEMORY = 3, 4
@@ -53,12 +54,6 @@ class Limits:
     file_mb: int = 256
     processes: int = 256  # RLIMIT_NPROC (threads count too); applied only where it binds the sandbox alone
     disk_mb: int = 1024  # the whole scratch, measured while it runs (sandbox_disk); the private /tmp is a tmpfs of TMP_MB
-
-
-class SandboxError(RuntimeError):
-    def __init__(self, message: str, label: str):
-        super().__init__(bounded_text(message))
-        self.label = label
 
 
 def sandbox_limits(limits: Limits, mode: str, cpu_s: float | None = None,
