@@ -3,13 +3,16 @@ tiny model: rollout tokens/s and train steps/s, per precision. Prints JSON.
 
     .venv/bin/python benchmarks/gpu_loop.py                      # cuda if available, else cpu
     .venv/bin/python benchmarks/gpu_loop.py --device cpu --preset cpu-small --steps 3
+    .venv/bin/python benchmarks/gpu_loop.py --arch qwen2                      # the hf policy's Qwen2 architecture
 
 Rollout: one `sample_and_score` call over prompts x group_size completions of the arithmetic task (chat prompts
 from ArithmeticTask.splits; the task verifies, the default harness reward scores in process through
 InProcessReward, no sandbox), median of --repeats timed calls after a warm-up; tokens = generated response tokens.
 Train: `evotrainer.backends.local.grpo.train` for --steps steps (sampling + scoring + update, the backtest's
 training work, same in-process reward) after a 1-step warm-up.
-The model is untrained (random init): throughput does not depend on what it has learned.
+The model is untrained (random init): throughput does not depend on what it has learned. ``--arch qwen2``: the
+Qwen2 chat model ``policy=hf`` builds in code (evotrainer.policy.qwen2_tiny: a byte-level BPE tokenizer trained on
+the task's texts, ChatML template, grouped-query attention) at the preset's sizes instead of the tiny GPT-style one.
 """
 
 from __future__ import annotations
@@ -48,22 +51,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--arch", default="tiny", choices=["tiny", "qwen2"])
     a = parser.parse_args()
 
     device = runtime.setup_torch(a.threads, a.device)
     preset = a.preset or ("gpu-medium" if device == "cuda" else "cpu-small")
     precisions = a.precisions or (["fp32", "bf16"] if device == "cuda" else ["fp32"])
     hidden, layers, heads, inter, positions = PRESETS[preset]
-    tok = build_tokenizer()
     task = ArithmeticTask(ops="+-", levels=[Level(2, 99, 0.5), Level(3, 99, 0.5)])
     splits = task.splits({"train": 4000, "val": 10, "test": 10, "probe": a.prompts}, seed=0)
+    if a.arch == "qwen2":
+        from evotrainer.policy import qwen2_tiny
+
+        tok = qwen2_tiny.build_tokenizer(qwen2_tiny.training_texts(splits["train"]["prompt"], splits["train"]["ground_truth"]))
+
+        def make(seed: int):
+            return qwen2_tiny.build_model(tok, hidden, layers, heads, inter, max(positions, 256), seed=seed)
+    else:
+        tok = build_tokenizer()
+
+        def make(seed: int):
+            return build_model(tok, hidden, layers, heads, inter, positions, seed=seed)
     recipe = load_recipe(DEFAULT_HARNESS) | {"prompts_per_step": a.prompts, "group_size": a.group_size}
     reward = InProcessReward(load_module(DEFAULT_HARNESS, "reward").compute_score)
     result = {"device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "preset": preset,
+              "arch": a.arch,
               "prompts": a.prompts, "group_size": a.group_size, "max_response_len": recipe["max_response_len"],
               "torch": torch.__version__, "threads": a.threads, "runs": []}
     for precision in precisions:
-        model = build_model(tok, hidden, layers, heads, inter, positions, seed=0).to(device).eval()
+        model = make(0).to(device).eval()
         result["params"] = param_count(model)
         generator = torch.Generator(device=device).manual_seed(0)
 

@@ -20,6 +20,10 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # One fixed split secret for the whole suite (and the workflows it starts): the held-out membership is
+    # random per results folder otherwise (docs/sandbox.md), and the end-to-end runs assert outcomes that
+    # depend on the splits. Tests of the secret itself set or unset the variable.
+    os.environ.setdefault("EVOTRAINER_SPLIT_SECRET_FILE", str(Path(__file__).with_name("split_secret")))
 
 
 def pytest_collection_modifyitems(config, items):

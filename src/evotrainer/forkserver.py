@@ -360,6 +360,12 @@ def serve(path: str, entry: str, preload: Sequence[str] = (), import_path: Seque
     listener.close()
 
 
+def mark_run_owner(pid: int | None = None) -> None:
+    """Name this process (a local snakemake run) the owner of the fork servers its jobs start: the jobs inherit
+    ``$EVOTRAINER_RUN_PID``, and a server stops when that process ends."""
+    os.environ[OWNER_ENV] = str(os.getpid() if pid is None else pid)
+
+
 def _owner() -> tuple[int, int | None] | None:
     """The run this server serves (``$EVOTRAINER_RUN_PID``, set by the workflow for local runs) and its start
     time: the server stops, killing its children, within a second of that process ending; None: no owner."""

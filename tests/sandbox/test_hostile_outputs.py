@@ -360,3 +360,12 @@ def test_the_private_tmp_of_an_os_sandbox_is_bounded(tmp_path):
     done = run_isolated(command, workdir=work, limits=Limits(file_mb=isolation.TMP_MB * 2), isolation="os")
     assert "No space left" in done.stdout
     assert int(done.stdout.rsplit("size=", 1)[1]) <= isolation.TMP_MB * 2**20
+
+
+def test_reward_rows_without_extra_columns_give_one_record_per_row():
+    """pandas 3.0 gives [] for ``frame[[]].to_dict("records")`` (3.1 one {} per row): the worker crashed on rows
+    with only the fixed columns there (seen on the GPU machine's pandas 3.0.6)."""
+    from evotrainer.sandbox.worker import reward_records
+
+    rows = pd.DataFrame({"data_source": ["a", "b"], "response": ["1", "2"], "ground_truth": ["1", "3"]})
+    assert [r["extra_info"] for r in reward_records(rows)] == [{}, {}]

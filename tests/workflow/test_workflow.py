@@ -46,6 +46,7 @@ def test_every_artifact_exists_and_reads_with_pandas(finished_run):
     run = finished_run
     # only the run that ran has a folder: the headline's seed and search-arm runs (results/default-seed<s>,
     # -seed<s>-random, -seed<s>-search_control) get their config.yaml only when the headline is asked for
+    # (the suite names its split secret through EVOTRAINER_SPLIT_SECRET_FILE: no results/.evotrainer/)
     assert sorted(p.name for p in run.parent.iterdir()) == ["default", "skill_library"]
     for g in (0, 1):
         gen = run / f"gen{g}"
@@ -138,8 +139,9 @@ def test_greedy_selection_on_the_same_backtests(finished_run, tmp_path):
     select.run(str(conf), str(gen / "candidates"), str(gen / "backtest"), str(gen / "harness"),
                str(tmp_path / "selection.json"), str(tmp_path / "lineage.parquet"), 0)
     chosen = json.loads((tmp_path / "selection.json").read_text())
-    ok = {c["candidate_id"]: c["val_accuracy"] for c in chosen["candidates"]
-          if c["verdict"] != "failed" and c["candidate_id"] != "control"}
+    ok = {c["candidate_id"]: c["val_accuracy"] for c in chosen["candidates"]  # a vetoed one is never eligible
+          if c["verdict"] not in ("failed", "vetoed") and c["candidate_id"] != "control"
+          and c["val_accuracy"] is not None}
     assert chosen["promoted"] == max(ok, key=ok.get)
 
 

@@ -1,7 +1,6 @@
 # Compose and validate the config once; define the run layout, the CLI, and the input functions.
 # Every path is results/<run>/...; {run} is a wildcard so that one invocation can hold several runs
 # (the headline experiment's seeds). Each run's resolved config is written to results/<run>/config.yaml.
-import os
 import re
 import signal
 import sys
@@ -13,6 +12,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate, write_run_configs
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
+from evotrainer.forkserver import mark_run_owner
 from evotrainer.supervisor import end_descendants
 from evotrainer.tasks import is_multi_turn
 
@@ -39,8 +39,10 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
 elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
     # local runs: each job is forked from one process that has imported torch, transformers, pandas and the
     # stages (evotrainer/forkserver.py); saves their import in every job. The server ends with this snakemake
-    # process (EVOTRAINER_RUN_PID), not only after its idle time.
-    EVO = f"EVOTRAINER_FORKSERVER=1 EVOTRAINER_RUN_PID={os.getpid()} {EVO}"
+    # process, not only after its idle time: the jobs inherit EVOTRAINER_RUN_PID (an environment variable, not
+    # part of the command: a rule's command is a param, and a new pid would rerun every job)
+    EVO = f"EVOTRAINER_FORKSERVER=1 {EVO}"
+    mark_run_owner()
 
 
 def end_jobs_on_terminate():

@@ -190,7 +190,9 @@ def reward_records(rows) -> list[dict]:
 
     text = rows["response"] if "response" in rows else rows["solution_str"]
     fixed = {"data_source", "response", "solution_str", "ground_truth", "extra_info"}
-    extra = rows[[c for c in rows.columns if c not in fixed]].to_dict(orient="records")
+    columns = [c for c in rows.columns if c not in fixed]
+    # no other column: one empty dict per row (pandas 2 gives [] for a frame without columns)
+    extra = rows[columns].to_dict(orient="records") if columns else [{} for _ in range(len(rows))]
     given = [json.loads(e) if isinstance(e, str) else dict(e or {}) for e in rows["extra_info"]] \
         if "extra_info" in rows else [{}] * len(rows)
     return [{"data_source": source, "solution_str": response, "ground_truth": truth, "extra_info": base | more}
