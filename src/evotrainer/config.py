@@ -14,10 +14,20 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from evotrainer.contracts.config_fields import ConfigError, between, check_fields, installed, one_of
+from evotrainer.contracts.config_fields import (
+    ConfigError,
+    between,
+    check_fields,
+    closest_hint,
+    installed,
+    one_of,
+)
 from evotrainer.plugins import AGENTS, ROLLOUTS, TRAINERS
 
-REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
+# The conf/ shipped with the package: evotrainer/bundled/ holds the workflow (Snakefile, workflow/, conf/, envs/,
+# profiles/); in a source checkout these are links to the repository root, in a wheel copies. The workflow
+# composes from the conf/ beside its own Snakefile (workflow/rules/common.smk), never from this one.
+PACKAGED_CONF = Path(__file__).resolve().parent / "bundled" / "conf"
 
 
 # Each field declares its own check: its type (the dataclass), its allowed values (one_of) or its range
@@ -106,6 +116,8 @@ def _check_task_keys(cfg: Any, name: str, schema: type) -> None:
         message += (f" ({'a field' if len(unknown) == 1 else 'fields'} of task={owners[0]}: choose a task by its "
                     f"config group, task={name}, or drop the other task's fields: "
                     f"{' '.join(f'~task.{key}' for key in unknown)})")
+    else:
+        message += closest_hint(unknown[0], allowed)
     raise ConfigError(message)
 
 
@@ -345,13 +357,23 @@ class Config:
 
 
 def overrides_from_snakemake(config: dict[str, Any]) -> list[str]:
+    """Hydra overrides from Snakemake's config: ``key=value`` entries (``__`` for a dot, as Snakemake's --config
+    refuses dots in keys), nested mappings (a ``--configfile`` YAML, or ``--config 'search={generations: 5}'``)
+    and dotted keys (a --configfile may have them) become dotted keys; ``overrides=[...]`` is Hydra's own syntax,
+    passed as written. Values Hydra would read differently (commas, brackets, quotes, '=') are quoted."""
     overrides: list[str] = []
     for key, value in config.items():
         if key == "overrides":
-            overrides.extend(value if isinstance(value, list) else [value])
+            overrides.extend(str(o) for o in (value if isinstance(value, list) else [value]))
         else:
-            overrides.append(f"{key.replace('__', '.')}={_hydra_value(value)}")
-    return [str(o) for o in overrides]
+            overrides.extend(_flatten(str(key).replace("__", "."), value))
+    return overrides
+
+
+def _flatten(key: str, value: Any) -> list[str]:
+    if isinstance(value, dict) and value and not key.startswith("hydra."):
+        return [o for sub, item in value.items() for o in _flatten(f"{key}.{str(sub).replace('__', '.')}", item)]
+    return [f"{key}={_hydra_value(value)}"]
 
 
 def _hydra_value(value: Any) -> str:
@@ -359,7 +381,29 @@ def _hydra_value(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return "null"
-    return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_hydra_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    return text if _reads_back(text) else _quoted(text)
+
+
+def _reads_back(text: str) -> bool:
+    """Hydra reads ``key=text`` as one plain value whose text is ``text`` (a number, a bool, a word or a path)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_override(f"k={text}").value()
+    except Exception:
+        return False
+    if isinstance(value, bool | int | float) or value is None:
+        return True
+    return isinstance(value, str) and value == text
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # Renamed top-level groups: old name -> new name. The human stops after a stage were the group `gates`;
@@ -398,18 +442,109 @@ def _check_renamed_groups(cfg: Any) -> None:
         raise ConfigError(_renamed(f"{group}.{keys[0]}" if keys else group))
 
 
-def compose(overrides: list[str] | None = None, conf_dir: str | Path = REPO_CONF) -> DictConfig:
+def compose(overrides: list[str] | None = None, conf_dir: str | Path | None = None) -> DictConfig:
+    """The validated config: ``conf_dir``/config.yaml (default: the package's conf/) with ``overrides``.
+    Every mistake is one ConfigError line naming the key, what is allowed and the closest spelling: an
+    unknown key (with or without '+'), a config group's unknown option (``experiment=quik``), a bad value.
+    A key the schema knows is set even where its group's YAML leaves it out (no '+' needed)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, MissingConfigException
 
-    _check_renamed_overrides(list(overrides or []))
+    conf = Path(conf_dir if conf_dir is not None else PACKAGED_CONF).resolve()
+    if not (conf / "config.yaml").is_file():
+        raise ConfigError(f"config: no config.yaml in {conf} (the conf/ folder beside the Snakefile)")
+    overrides = [str(o) for o in overrides or []]
+    _check_renamed_overrides(overrides)
+    overrides = [_checked_override(o, conf, overrides) for o in overrides]
     try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+    except MissingConfigException as err:
+        raise ConfigError(_missing_option(err, conf)) from None
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(f"config: {err}") from err
+        raise ConfigError(f"config: {_one_line(err)}") from None
     return validate(cfg)
+
+
+def _one_line(err: Exception) -> str:
+    """Hydra's message without its advice to add '+' (a key the schema has needs none; an unknown key is
+    refused before Hydra sees it) and without the search path listing."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("To append to your config", "Config search path",
+                                                            "provider="))]
+    return "; ".join(lines)
+
+
+def _missing_option(err: Any, conf: Path) -> str:
+    missing = str(getattr(err, "missing_cfg_file", "") or "")
+    options = sorted(str(o) for o in (getattr(err, "options", None) or []))
+    group, _, option = missing.rpartition("/")
+    if not group:
+        return f"config: {_one_line(err)}"
+    message = (f"config: {group}={option} is not an option of the config group '{group}' ({conf}/{group}/ and "
+               f"hydra.searchpath); choose one of {options}")
+    return message + closest_hint(option, options)
+
+
+def _checked_override(override: str, conf: Path, overrides: list[str]) -> str:
+    """An override whose key the schema knows, as Hydra must read it: ``++key=value`` (set, whether or not its
+    group's YAML has the key); a group choice, a deletion and ``hydra.*`` unchanged. An unknown key:
+    ConfigError with the closest known key."""
+    if "=" not in override or override.startswith("~"):
+        return override
+    key, value = override.split("=", 1)
+    bare = key.lstrip("+")
+    if bare.startswith("hydra.") or bare == "hydra":
+        return override
+    if "." not in bare and bare in _config_groups(conf, overrides):
+        return override
+    problem = schema_key_problem(bare)
+    if problem:
+        raise ConfigError(problem)
+    return f"++{bare}={value}"
+
+
+def _config_groups(conf: Path, overrides: list[str]) -> set[str]:
+    """The config groups: conf/'s folders and those of every hydra.searchpath folder given as a file:// path."""
+    folders = [conf]
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "hydra.searchpath":
+            for entry in value.strip("[]").split(","):
+                entry = entry.strip().strip("'\"")
+                if entry.startswith("file://"):
+                    folders.append(Path(entry[len("file://"):]))
+    return {child.name for folder in folders if folder.is_dir() for child in folder.iterdir() if child.is_dir()}
+
+
+def schema_key_problem(key: str) -> str | None:
+    """None when ``key`` (dotted) is a key of the config schema (any ``task.*`` key: which ones the chosen task
+    has is checked once the config is composed; a key under a mapping field: any); else the error naming the
+    closest known key."""
+    import dataclasses
+    import typing
+
+    node: Any = Config
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        prefix = ".".join(parts[:depth])
+        names = [f.name for f in dataclasses.fields(node)]
+        if node is TaskConf:  # the chosen task's own fields: validate names them (_check_task_keys)
+            return None
+        if part not in names:
+            where = f"of '{prefix}'" if prefix else "at the top level"
+            full = [f"{prefix}.{name}" if prefix else name for name in names]
+            return (f"config: '{key}' is not a key {where}" + closest_hint(key, full)
+                    + f" (keys {where}: {names})")
+        hint = typing.get_type_hints(node).get(part) if part in {f.name for f in dataclasses.fields(node)} else None
+        if hint is not None and dataclasses.is_dataclass(hint):
+            node = hint
+            continue
+        if depth + 1 < len(parts) and hint is not None and typing.get_origin(hint) is not dict and hint is not Any:
+            return f"config: '{key}': '{'.'.join(parts[:depth + 1])}' holds a value, not keys"
+        return None
+    return None
 
 
 def validate(cfg: DictConfig) -> DictConfig:
@@ -424,9 +559,12 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: task {name!r}: its Config cannot be a config group ({err})") from err
     try:
         merged = OmegaConf.merge(schema, cfg)
-    except (ConfigKeyError, ValidationError) as err:
+    except ConfigKeyError as err:  # a key no dataclass has (a YAML file's typo)
         key = getattr(err, "full_key", None) or "?"
-        raise ConfigError(f"config: bad key '{key}': {err.msg if hasattr(err, 'msg') else err}") from err
+        raise ConfigError(schema_key_problem(key) or f"config: bad key '{key}': {getattr(err, 'msg', err)}") from None
+    except ValidationError as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(f"config: bad key '{key}': {_one_line(Exception(getattr(err, 'msg', err)))}") from None
     check_fields(Config, merged, "")
     check_task(merged.task)  # the sizes, and the task's own fields against its checks
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
@@ -491,17 +629,6 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
-
-
-def write_run_configs(results_dir: str, configs: dict[str, DictConfig]) -> None:
-    """results/<run>/config.yaml for each run, rewritten only when its text changed."""
-    from evotrainer.atomic import write_text
-    from evotrainer.layout import RunLayout
-
-    for name, cfg in configs.items():
-        path, text = RunLayout.at(results_dir, name).config, to_yaml(cfg)
-        if not path.exists() or path.read_text() != text:
-            write_text(path, text)
 
 
 def load(path: str | Path) -> DictConfig:

@@ -18,6 +18,7 @@ import it; it imports nothing of evotrainer).
 path under results/<run>/                            what it is (written by)
 ---------------------------------------------------  ---------------------------------------------------------
 config.yaml                                          the resolved run config (the workflow, when jobs start)
+config_history.jsonl                                 allowed config changes under existing outputs (evotrainer.provenance)
 data/{split}.parquet                                 train/val/probe splits (data); test (heldout, after the loop)
 init/sft_log.parquet, init/metrics.json              the SFT warm start (init; share_init for a search arm)
 gen{g}/policy/, gen{g}/harness/                      what generation g starts from (init for g=0, else promote)
@@ -89,6 +90,7 @@ NARRATIVE = "narrative.md"  # in gen{g}/candidates/
 # {split} data split, {job} a job's log name, {figure} a report figure)
 TEMPLATES: dict[str, str] = {
     "config": "config.yaml",
+    "config_history": "config_history.jsonl",
     "data": "data",
     "split": "data/{split}.parquet",
     "init": "init",
@@ -445,6 +447,7 @@ class RunLayout:
 
     # -- the run's files
     config = _Entry("config")
+    config_history = _Entry("config_history")
     data = _Entry("data")
 
     def split(self, name: str) -> Path:

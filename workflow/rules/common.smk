@@ -10,9 +10,11 @@ from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
-from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate, write_run_configs
+from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
+from evotrainer.preflight import preflight_problems
+from evotrainer.provenance import check_run_config, write_run_configs
 from evotrainer.supervisor import end_descendants
 from evotrainer.tasks import is_multi_turn
 
@@ -20,10 +22,19 @@ from evotrainer.tasks import is_multi_turn
 # -> backtest -> policy -> ...); Python's default limit of 1000 breaks the DAG near 100 generations.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
 
+
+def config_failure(*lines):
+    """A config mistake ends the workflow while it is parsed (a dry run too), before any job, with one line per
+    problem and no traceback (SystemExit prints its text to stderr; exit status 1)."""
+    raise SystemExit("\n".join(lines))
+
+
+# The conf/ beside this Snakefile (a second checkout reads its own; a wheel's bundled workflow its bundled
+# conf), plus any folder named in hydra.searchpath (README "Your own config folder").
 try:
-    CFG = compose(overrides_from_snakemake(config))
+    CFG = compose(overrides_from_snakemake(config), conf_dir=Path(workflow.basedir) / "conf")
 except ConfigError as err:
-    raise WorkflowError(str(err)) from None
+    config_failure(str(err))
 
 RESULTS = CFG.results_dir
 RUN = CFG.run
@@ -106,6 +117,18 @@ RUN_CONFIGS |= {
 }
 
 
+
+
+# Before any job: each path and credential the runs need exists, and each run that already has outputs was
+# made with this config (evotrainer.provenance: a change names its keys and suggests a new run=).
+_problems = list(dict.fromkeys(p for cfg in RUN_CONFIGS.values() for p in preflight_problems(cfg)))
+if _problems:
+    config_failure(*(f"config: {p}" for p in _problems))
+try:
+    for _name, _cfg in RUN_CONFIGS.items():
+        check_run_config(run_layout(_name).root, _cfg)
+except ConfigError as err:
+    config_failure(str(err))
 
 
 wildcard_constraints:

@@ -63,10 +63,28 @@ def required(default: Any = None, *, hint: str) -> Any:
     return field(default=default, metadata={"required": hint})
 
 
+def path_field(default: Any = None, *, holds: tuple[str, ...] = (), what: str, required_hint: str | None = None) -> Any:
+    """A folder the run reads (e.g. ``task.data_dir``): when set, it must exist and hold the files ``holds``;
+    ``what`` says in words what it is. Checked before the first job (``evotrainer.preflight``), not here: the
+    config is also validated where the folder is not mounted. ``required_hint``: it must be set, as ``required``."""
+    metadata: dict[str, Any] = {"path": (tuple(holds), what)}
+    if required_hint is not None:
+        metadata["required"] = required_hint
+    return field(default=default, metadata=metadata)
+
+
 def _plain(value: Any) -> Any:
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
+
+
+def closest_hint(word: Any, choices: Any) -> str:
+    """``"; did you mean 'x'?"`` for the allowed spelling closest to ``word`` (none close enough: "")."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_fields(cls: type, node: Any, prefix: str) -> None:
@@ -76,10 +94,12 @@ def check_fields(cls: type, node: Any, prefix: str) -> None:
     for f in dataclasses.fields(cls):
         key, value = f"{prefix}{f.name}", node[f.name]
         if "choices" in f.metadata and value not in f.metadata["choices"]:
-            raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of {list(f.metadata['choices'])}")
+            raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of {list(f.metadata['choices'])}"
+                              + closest_hint(value, f.metadata["choices"]))
         if "installed" in f.metadata and value not in f.metadata["installed"]:
+            names = f.metadata["installed"].names()
             raise ConfigError(f"config: '{key}' = {value!r} is not allowed; choose one of "
-                              f"{f.metadata['installed'].names()} (installed {f.metadata['installed'].kind}s)")
+                              f"{names} (installed {f.metadata['installed'].kind}s)" + closest_hint(value, names))
         if "range" in f.metadata and value is not None:
             low, high = f.metadata["range"]
             if not low <= value <= high:

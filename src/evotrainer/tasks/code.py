@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from evotrainer.contracts.config_fields import path_field
 from evotrainer.contracts.task import Task, TaskError, Verification, messages, metadata_of
 from evotrainer.sandbox.program_runner import ProgramRunner
 from evotrainer.tasks.code_data import humaneval, procedural
@@ -106,7 +107,8 @@ class CodeConfig:
     """``task.data_dir`` (source=verl), ``task.weights`` (source=embedded) (conf/task/code.yaml); the rest
     (source, time_limit_s, memory_mb, workers, ...) comes as ``task.options``."""
 
-    data_dir: str | None = None  # source=verl: a folder with train/val/test.parquet in verl's format
+    data_dir: str | None = path_field(  # source=verl: a folder with train/val/test.parquet in verl's format
+        holds=("train.parquet", "val.parquet", "test.parquet"), what="verl-format code parquet files")
     weights: list[float] = field(default_factory=list)  # sampling weight of each embedded difficulty level; empty = default
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evotrainer.contracts.config_fields import required
+from evotrainer.contracts.config_fields import path_field
 from evotrainer.contracts.task import Task, TaskError, Verification, json_safe
 from evotrainer.tasks.harnesses import complete
 
@@ -145,8 +145,9 @@ def _prompt_text(frame: pd.DataFrame) -> pd.Series:
 class MathConfig:
     """``task.data_dir`` (conf/task/math.yaml)."""
 
-    data_dir: str | None = required(hint="when task.name=math (a folder with train.parquet, val.parquet, "
-                                         "test.parquet in verl's format)")
+    data_dir: str | None = path_field(
+        holds=("train.parquet", "val.parquet", "test.parquet"), what="verl-format math parquet files",
+        required_hint="when task.name=math (a folder with train.parquet, val.parquet, test.parquet in verl's format)")
 
 
 class MathTask(Task):

@@ -1,0 +1,93 @@
+"""Before the first job: every path and credential the run will need, checked at once (the workflow calls
+:func:`preflight_problems` while it is parsed, so a dry run fails too, in one line per problem and no
+traceback, instead of a job failing hours later on a cluster).
+
+What is checked: the task's path fields (``path_field`` in its ``Config``: a folder and the files it must
+hold), ``policy.path`` for ``policy=hf`` (a model folder with ``config.json``), ``harness.initial`` (a harness
+folder with ``recipe.yaml``), ``agent.extra_candidates`` (a folder), the API key of ``agent=claude|openai``
+(the environment variable ``agent.api_key_env`` names, as ``evotrainer.agents.llm.api_key`` reads it),
+``trainer.verl.python`` (an executable) and that ``results_dir`` can be written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+
+def preflight_problems(cfg: DictConfig) -> list[str]:
+    """One line per missing path or credential of ``cfg`` (a validated config); [] when all is there."""
+    problems = _task_paths(cfg.task)
+    policy = cfg.policy
+    if policy.name == "hf" and policy.path:
+        problems += _folder("policy.path", policy.path, ("config.json",), "a Hugging Face model folder")
+    if cfg.harness.initial:
+        problems += _folder("harness.initial", cfg.harness.initial, ("recipe.yaml",), "a harness folder")
+    if cfg.agent.extra_candidates:
+        problems += _folder("agent.extra_candidates", cfg.agent.extra_candidates, (), "a folder of *.diff files")
+    problems += _agent_key(cfg.agent)
+    python = cfg.trainer.verl.python
+    if cfg.trainer.name == "verl" and python and not os.access(Path(python).expanduser(), os.X_OK):
+        problems.append(f"trainer.verl.python={python}: not an executable file")
+    problems += _writable("results_dir", cfg.results_dir)
+    return problems
+
+
+def _task_paths(task: Any) -> list[str]:
+    from evotrainer.tasks import TASKS
+
+    own = getattr(TASKS.resolve(task.name), "Config", None)
+    if own is None or not dataclasses.is_dataclass(own):
+        return []
+    problems: list[str] = []
+    for f in dataclasses.fields(own):
+        spec = f.metadata.get("path")
+        value = task.get(f.name) if hasattr(task, "get") else None
+        if spec is None or not value:
+            continue
+        holds, what = spec
+        problems += _folder(f"task.{f.name}", value, holds, what)
+    return problems
+
+
+def _folder(key: str, value: str, holds: tuple[str, ...], what: str) -> list[str]:
+    path = Path(str(value)).expanduser()
+    if not path.exists():
+        return [f"{key}={value}: no such folder ({what})"]
+    if not path.is_dir():
+        return [f"{key}={value}: not a folder ({what})"]
+    missing = [name for name in holds if not (path / name).is_file()]
+    if missing:
+        return [f"{key}={value}: missing {', '.join(missing)} ({what})"]
+    if not os.access(path, os.R_OK | os.X_OK):
+        return [f"{key}={value}: not readable"]
+    return []
+
+
+def _agent_key(agent: Any) -> list[str]:
+    """What evotrainer.agents.llm.api_key would refuse in the propose job: claude always needs its key; an
+    OpenAI-compatible endpoint needs it unless ``agent.base_url`` names a server (a local one may need none)."""
+    if agent.name not in ("claude", "openai"):
+        return []
+    required = agent.name == "claude" or (bool(agent.api_key_env) and not agent.base_url)
+    if not required:
+        return []
+    if not agent.api_key_env:
+        return [f"agent.api_key_env is not set: agent={agent.name} needs the name of the environment variable "
+                "that holds the API key"]
+    if not os.environ.get(agent.api_key_env):
+        return [f"agent={agent.name}: the environment variable {agent.api_key_env} (agent.api_key_env) is not set; "
+                f"export your API key as {agent.api_key_env}"]
+    return []
+
+
+def _writable(key: str, value: str) -> list[str]:
+    path = Path(str(value)).expanduser().absolute()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return [f"{key}={value}: cannot write there ({existing} is not a writable folder)"]
+    return []

@@ -1,0 +1,153 @@
+"""The saved config describes the outputs beside it.
+
+``results/<run>/config.yaml`` is the config every job of the run reads. Snakemake cannot see a change in it
+(it is not a rule input, and a rule's command names only its path), so a config changed under an existing
+``run=`` would plan no job and the next job to run would overwrite the file: the outputs beside it would no
+longer match it. Instead, while the workflow is parsed, :func:`check_run_config` compares the new config with
+the saved one of every run that already has outputs and refuses a change that alters what the outputs mean,
+naming the changed keys and suggesting a new ``run=``. What may change under a run:
+
+- ``search.generations``: extends (or shortens) the run; Snakemake reruns what the new length changes (the
+  final evaluation and summary read the last generation's policy, an input whose path changes);
+- how the run is executed, not what it computes: threads, the fork server, approvals (stops for a person),
+  the headline's seeds and arms (other runs), timeouts and the agent's endpoint address and key variable.
+
+Each allowed change is appended to ``results/<run>/config_history.jsonl`` when the config is rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from evotrainer.config import ConfigError, to_yaml, validate
+from evotrainer.layout import RunLayout
+
+CONFIG_NAME = RunLayout(Path("run")).config.name
+HISTORY_NAME = RunLayout(Path("run")).config_history.name
+# Files and folders of a run that are not outputs of its jobs (logs stay behind when a job fails)
+NOT_OUTPUTS = {CONFIG_NAME, HISTORY_NAME, "logs", "benchmarks"}
+
+# Keys whose change does not alter what the run's existing outputs mean (exact keys, or prefixes ending in '.')
+MAY_CHANGE = (
+    "run", "results_dir", "forkserver", "trainer.threads", "approvals.",
+    "search.generations", "search.headline_seeds", "search.headline_search_arms",
+    "search.train_hang_s", "trainer.verl.timeout_s", "trainer.verl.python",
+    "agent.timeout_s", "agent.call_timeout_s", "agent.step_timeout_s", "agent.max_retries", "agent.max_retry_wait_s",
+    "agent.base_url", "agent.api_key_env",
+)
+
+
+class ConfigChanged(ConfigError):
+    """The config changed under a run whose outputs were made with the saved one."""
+
+
+def may_change(key: str) -> bool:
+    return any(key == allowed or (allowed.endswith(".") and key.startswith(allowed)) for allowed in MAY_CHANGE)
+
+
+def has_outputs(root: Path) -> bool:
+    """Whether the run folder holds any job output (anything but its config, history, logs and benchmarks)."""
+    if not root.is_dir():
+        return False
+    for entry in os.scandir(root):
+        if entry.name in NOT_OUTPUTS or entry.name.startswith("."):
+            continue
+        if not entry.is_dir(follow_symlinks=False) or _holds_a_file(Path(entry.path)):
+            return True
+    return False
+
+
+def _holds_a_file(folder: Path) -> bool:
+    return any(files for _dirpath, _dirs, files in os.walk(folder))
+
+
+def changed_keys(saved: Any, new: DictConfig) -> dict[str, tuple[Any, Any]]:
+    """Every dotted key whose value differs between the saved config (a mapping read from config.yaml) and
+    ``new``: {key: (saved value, new value)}. The saved one is validated first, so a key added to the schema
+    since it was written compares by its default."""
+    try:
+        old = OmegaConf.to_container(validate(OmegaConf.create(saved)), resolve=True)
+    except (ConfigError, ValueError, TypeError):
+        old = saved  # a config an older version wrote that no longer validates: compare as written
+    flat_old, flat_new = _flat(old), _flat(OmegaConf.to_container(new, resolve=True))
+    missing = object()
+    return {key: (flat_old.get(key), flat_new.get(key)) for key in sorted(set(flat_old) | set(flat_new))
+            if flat_old.get(key, missing) != flat_new.get(key, missing)}
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out |= _flat(value, f"{prefix}{key}.")
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def _saved(root: Path) -> Any:
+    path = root / CONFIG_NAME
+    if not path.is_file():
+        return None
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as err:  # an unreadable saved config is named, never ignored
+        raise ConfigChanged(f"config: {path} cannot be read ({err}); move it away or start a new run=") from None
+
+
+def check_run_config(root: str | Path, cfg: DictConfig) -> None:
+    """ConfigChanged when the run at ``root`` has outputs made under a saved config that differs from ``cfg``
+    in a key outside MAY_CHANGE; the message names each changed key with both values."""
+    root = Path(root)
+    saved = _saved(root)
+    if saved is None or not has_outputs(root):
+        return
+    changes = {key: values for key, values in changed_keys(saved, cfg).items() if not may_change(key)}
+    if not changes:
+        return
+    listed = ", ".join(f"{key}: {_show(old)} -> {_show(new)}" for key, (old, new) in changes.items())
+    raise ConfigChanged(
+        f"config: run '{cfg.run}' ({root}) already has outputs made with another config; changed: {listed}. "
+        f"They would no longer match {root / CONFIG_NAME}: start a new run (--config run={_free_name(root)}), "
+        f"restore the values, or delete {root} to redo the run")
+
+
+def _show(value: Any) -> str:
+    return "(unset)" if value is None else json.dumps(value) if isinstance(value, str | list | dict) and (
+        not isinstance(value, str) or not value or " " in value) else str(value)
+
+
+def _free_name(root: Path) -> str:
+    n = 2
+    while (root.parent / f"{root.name}-{n}").exists():
+        n += 1
+    return f"{root.name}-{n}"
+
+
+def record_run_config(root: str | Path, cfg: DictConfig) -> None:
+    """Write ``root``/config.yaml when its text changes; a change under existing outputs (one MAY_CHANGE
+    allows) is appended to config_history.jsonl with the old and new values."""
+    from evotrainer.atomic import write_text
+
+    root = Path(root)
+    path, text = root / CONFIG_NAME, to_yaml(cfg)
+    if path.is_file() and path.read_text() == text:
+        return
+    saved = _saved(root) if path.is_file() else None
+    if saved is not None and has_outputs(root):
+        changes = {key: [old, new] for key, (old, new) in changed_keys(saved, cfg).items()}
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes}
+        with open(root / HISTORY_NAME, "a") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+    write_text(path, text)
+
+
+def write_run_configs(results_dir: str, configs: dict[str, DictConfig]) -> None:
+    """results/<run>/config.yaml for each run (record_run_config)."""
+    for name, cfg in configs.items():
+        record_run_config(Path(results_dir) / name, cfg)

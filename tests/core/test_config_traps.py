@@ -1,0 +1,229 @@
+"""The config's silent traps (issue "No silent traps"), each reproduced first: a typo in an experiment name,
+a key or a value fails naming the key, the allowed values and the closest spelling; nested Snakemake config
+entries (--configfile, --config 'group={...}') become Hydra overrides; a key the schema knows needs no '+';
+the conf/ folder is the one asked for; every path and credential a run needs is checked before any job;
+a changed config under an existing run names the changed keys (provenance)."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml
+from evotrainer.preflight import preflight_problems
+from evotrainer.provenance import ConfigChanged, check_run_config, record_run_config
+
+pytestmark = pytest.mark.fast
+
+REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+# --- unknown names, keys and values ---------------------------------------------------------------------
+
+def test_a_misspelled_experiment_fails_naming_the_options_and_the_closest():
+    with pytest.raises(ConfigError) as err:
+        compose(["experiment=quik"])
+    message = str(err.value)
+    assert "experiment=quik" in message and "'quick'" in message and "math_quick" in message
+    assert "Config search path" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("group", "typo", "closest"), [("task", "arithmetik", "arithmetic"), ("agent", "claud", "claude"),
+                                                         ("policy", "tinny", "tiny")])
+def test_a_misspelled_group_option_names_the_closest(group, typo, closest):
+    with pytest.raises(ConfigError, match=rf"{group}={typo}.*did you mean '{closest}'"):
+        compose([f"{group}={typo}"])
+
+
+@pytest.mark.parametrize("prefix", ["", "+", "++"])
+def test_an_unknown_key_names_the_closest_key_and_never_suggests_plus(prefix):
+    with pytest.raises(ConfigError) as err:
+        compose([f"{prefix}search.generationz=5"])
+    message = str(err.value)
+    assert "'search.generationz'" in message and "did you mean 'search.generations'" in message
+    assert "+search" not in message and "\n" not in message
+
+
+def test_an_unknown_top_level_key_names_the_closest():
+    with pytest.raises(ConfigError, match=r"'sead'.*did you mean 'seed'"):
+        compose(["sead=3"])
+
+
+def test_a_known_key_absent_from_its_yaml_needs_no_plus():
+    """agent.model is a field of the schema but not in conf/agent/heuristic.yaml: Hydra alone wants '+'."""
+    cfg = compose(["agent.model=some-model", "task.options.flag=1"])
+    assert cfg.agent.model == "some-model" and cfg.task.options.flag == 1
+    assert compose(["+agent.model=m"]).agent.model == "m"  # the '+' form a user may still write works too
+
+
+def test_a_misspelled_value_names_the_closest_allowed_one():
+    with pytest.raises(ConfigError, match=r"'trainer.device' = 'cdua'.*did you mean 'cuda'"):
+        compose(["trainer.device=cdua"])
+
+
+def test_an_unknown_key_inside_an_experiment_file_names_the_closest(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO_CONF, conf)
+    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nsearch:\n  generationz: 5\n")
+    with pytest.raises(ConfigError, match=r"'search.generationz'.*did you mean 'search.generations'"):
+        compose(["experiment=mine"], conf_dir=conf)
+
+
+# --- Snakemake's config entries ---------------------------------------------------------------------------
+
+def test_nested_snakemake_config_becomes_dotted_overrides():
+    """--configfile exp.yaml (nested mappings) and --config 'search={generations: 5}' (YAML values)."""
+    entries = {"experiment": "quick", "search": {"generations": "5", "backtest_budget": {"min_s": 10}},
+               "trainer": {"verl": {"overrides": ["a=1", "b=2"]}}, "task__sizes": {"train": 100}}
+    assert overrides_from_snakemake(entries) == [
+        "experiment=quick", "search.generations=5", "search.backtest_budget.min_s=10",
+        "trainer.verl.overrides=['a=1','b=2']", "task.sizes.train=100"]
+    cfg = compose(overrides_from_snakemake(entries))
+    assert cfg.search.generations == 5 and cfg.search.backtest_budget.min_s == 10 and cfg.task.sizes.train == 100
+    assert list(cfg.trainer.verl.overrides) == ["a=1", "b=2"]
+
+
+def test_a_configfile_with_dotted_keys_works():
+    cfg = compose(overrides_from_snakemake({"search.generations": 6, "agent.max_candidates": 2}))
+    assert cfg.search.generations == 6 and cfg.agent.max_candidates == 2
+
+
+def test_values_hydra_would_misread_are_quoted():
+    entries = {"task__data_dir": "/data/my math, v2 [final]", "run": "a=b", "agent__model": "it's"}
+    overrides = overrides_from_snakemake(entries)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(overrides)}
+    assert parsed == {"task.data_dir": "/data/my math, v2 [final]", "run": "a=b", "agent.model": "it's"}
+
+
+# --- which conf/ ------------------------------------------------------------------------------------------
+
+def test_compose_reads_the_conf_folder_it_is_given(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO_CONF, conf)
+    (conf / "search" / "single.yaml").write_text(
+        (conf / "search" / "single.yaml").read_text().replace("generations: 3", "generations: 5"))
+    assert compose(conf_dir=conf).search.generations == 5
+    assert compose().search.generations == 3
+
+
+def test_a_missing_conf_folder_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"no config.yaml"):
+        compose(conf_dir=tmp_path / "nowhere")
+
+
+def test_user_config_folders_join_through_hydra_searchpath(tmp_path):
+    mine = tmp_path / "myconf"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "lr_study.yaml").write_text("# @package _global_\nsearch:\n  generations: 7\n")
+    cfg = compose([f"hydra.searchpath=[file://{mine}]", "experiment=lr_study"])
+    assert cfg.search.generations == 7
+    with pytest.raises(ConfigError, match=r"lr_studdy.*did you mean 'lr_study'"):
+        compose([f"hydra.searchpath=[file://{mine}]", "experiment=lr_studdy"])
+
+
+# --- paths and credentials, before any job ----------------------------------------------------------------
+
+def test_missing_paths_and_keys_are_named_before_any_job(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    cfg = compose(["task=math", f"task.data_dir={tmp_path}/no-data", "policy=hf", f"policy.path={tmp_path}/no-model",
+                   "agent=claude", f"harness.initial={tmp_path}/no-harness"])
+    problems = preflight_problems(cfg)
+    text = "\n".join(problems)
+    assert "task.data_dir" in text and "no-data" in text
+    assert "policy.path" in text and "no-model" in text
+    assert "ANTHROPIC_API_KEY" in text
+    assert "harness.initial" in text
+    assert all("\n" not in p for p in problems)
+
+
+def test_a_data_dir_without_its_files_is_named(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.parquet").write_bytes(b"")
+    problems = preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"]))
+    assert any("test.parquet" in p for p in problems)
+
+
+def test_a_complete_setup_has_no_problems(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    assert preflight_problems(compose(["agent=claude"])) == []
+    assert preflight_problems(compose()) == []
+
+
+def test_an_openai_compatible_local_server_needs_no_key(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = compose(["agent=openai", "agent.model=m", "agent.base_url=http://127.0.0.1:9/v1"])
+    assert preflight_problems(cfg) == []
+    assert any("OPENAI_API_KEY" in p for p in preflight_problems(compose(["agent=openai", "agent.model=m"])))
+
+
+def test_an_unwritable_results_dir_is_named(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    assert any("results_dir" in p for p in preflight_problems(compose([f"results_dir={tmp_path}/a-file/results"])))
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            assert any("results_dir" in p for p in preflight_problems(compose([f"results_dir={locked}/results"])))
+        finally:
+            locked.chmod(0o700)
+
+
+# --- provenance: the saved config describes the outputs beside it -----------------------------------------
+
+def _run_with_outputs(tmp_path, cfg):
+    root = tmp_path / "results" / cfg.run
+    (root / "gen0").mkdir(parents=True)
+    (root / "gen0" / "rollouts.parquet").write_bytes(b"x")
+    record_run_config(root, cfg)
+    return root
+
+
+def test_a_changed_config_under_a_run_with_outputs_names_the_keys(tmp_path):
+    root = _run_with_outputs(tmp_path, compose())
+    with pytest.raises(ConfigChanged) as err:
+        check_run_config(root, compose(["search.steps_per_generation=100", "agent.max_candidates=2"]))
+    message = str(err.value)
+    assert "search.steps_per_generation: 200 -> 100" in message and "agent.max_candidates: 3 -> 2" in message
+    assert "run=default-" in message  # suggests a new run name
+    assert yaml.safe_load((root / "config.yaml").read_text())["search"]["steps_per_generation"] == 200
+
+
+def test_extending_generations_and_operational_keys_are_allowed_and_recorded(tmp_path):
+    root = _run_with_outputs(tmp_path, compose())
+    new = compose(["search.generations=5", "trainer.threads=2", "approvals.after_select=true"])
+    check_run_config(root, new)
+    record_run_config(root, new)
+    assert yaml.safe_load((root / "config.yaml").read_text())["search"]["generations"] == 5
+    history = (root / "config_history.jsonl").read_text().splitlines()
+    assert len(history) == 1 and "search.generations" in history[0]
+
+
+def test_a_run_without_outputs_takes_the_new_config(tmp_path):
+    root = tmp_path / "results" / "default"
+    root.mkdir(parents=True)
+    record_run_config(root, compose())
+    (root / "logs").mkdir()
+    (root / "logs" / "data.log").write_text("failed")  # a first job that failed leaves only its log
+    check_run_config(root, compose(["search.steps_per_generation=100"]))  # nothing to contradict
+
+
+def test_a_config_saved_by_an_older_version_compares_by_value(tmp_path):
+    """A key added since (absent from the saved file) equal to its default is no change."""
+    root = _run_with_outputs(tmp_path, compose())
+    saved = yaml.safe_load((root / "config.yaml").read_text())
+    del saved["sandbox"]["reward_memory_mb"]
+    (root / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_run_config(root, compose())
+
+
+def test_the_unchanged_config_is_not_rewritten(tmp_path):
+    root = _run_with_outputs(tmp_path, compose())
+    before = (root / "config.yaml").stat().st_mtime_ns
+    record_run_config(root, compose())
+    assert (root / "config.yaml").stat().st_mtime_ns == before
+    assert (root / "config.yaml").read_text() == to_yaml(compose())
