@@ -227,3 +227,22 @@ def test_the_unchanged_config_is_not_rewritten(tmp_path):
     record_run_config(root, compose())
     assert (root / "config.yaml").stat().st_mtime_ns == before
     assert (root / "config.yaml").read_text() == to_yaml(compose())
+
+
+def test_evotrainer_config_reads_the_workflow_in_the_current_folder_and_names_missing_paths(tmp_path):
+    import subprocess
+    import sys
+
+    shutil.copytree(REPO_CONF, tmp_path / "conf")
+    (tmp_path / "Snakefile").write_text("")
+    single = tmp_path / "conf" / "search" / "single.yaml"
+    single.write_text(single.read_text().replace("generations: 3", "generations: 6"))
+
+    def config(*overrides):
+        return subprocess.run([sys.executable, "-m", "evotrainer.cli", "config", *overrides], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
+    shown = config()
+    assert shown.returncode == 0 and yaml.safe_load(shown.stdout)["search"]["generations"] == 6
+    missing = config("task=math", f"task.data_dir={tmp_path}/nothing")
+    assert missing.returncode == 2 and "config: task.data_dir=" in missing.stderr and "Traceback" not in missing.stderr

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
+import evotrainer
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
@@ -46,7 +47,10 @@ EVO = f"{sys.executable} -m evotrainer.cli stage"  # the interpreter running sna
 # which holds the dependencies; the package comes from this source tree. Ignored without --sdm conda.
 ENVS = {kind: f"{workflow.basedir}/envs/{kind}.yaml" for kind in ("cpu", "agent", "train-gpu")}
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
-    EVO = f"PYTHONPATH={workflow.basedir}/src python -m evotrainer.cli stage"
+    # the source tree's src/, or (the workflow bundled in an installed wheel) the folder that holds the package
+    _SRC = Path(workflow.basedir) / "src"
+    _SRC = _SRC if _SRC.is_dir() else Path(evotrainer.__file__).resolve().parents[1]
+    EVO = f"PYTHONPATH={_SRC} python -m evotrainer.cli stage"
 elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
     # local runs: each job is forked from one process that has imported torch, transformers, pandas and the
     # stages (evotrainer/forkserver.py); saves their import in every job. The server ends with this snakemake

@@ -191,12 +191,21 @@ def evidence(action: str, path: str) -> int:
 
 
 def print_config(overrides: list[str] | None = None) -> int:
-    """`evotrainer config [overrides...]`: the composed config as YAML, or the error naming the key."""
+    """`evotrainer config [overrides...]`: the composed config as YAML, or the error naming the key; then any
+    path or credential the run would miss (as the workflow checks before its first job). The conf/ is the
+    one the workflow in the current folder reads (./conf beside ./Snakefile), else the package's."""
     from evotrainer.config import ConfigError, compose, to_yaml
+    from evotrainer.preflight import preflight_problems
 
+    local = Path("conf")
+    conf_dir = local if Path("Snakefile").is_file() and (local / "config.yaml").is_file() else None
     try:
-        print(to_yaml(compose(overrides or [])), end="")
+        cfg = compose(overrides or [], conf_dir=conf_dir)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    return 0
+    print(to_yaml(cfg), end="")
+    problems = preflight_problems(cfg)
+    for problem in problems:
+        print(f"config: {problem}", file=sys.stderr)
+    return 2 if problems else 0

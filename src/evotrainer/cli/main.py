@@ -1,6 +1,6 @@
 """`evotrainer` command line: one command table. `evotrainer stage <name>` is what the Snakemake rules
 call; the other commands are for people (config check, installed plug-ins, status, show, lineage, compare,
-report, evidence validate, the approval decisions)."""
+report, evidence validate, the approval decisions; `run` and `workflow`: the workflow from any directory)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,17 @@ class Command:
     ``name:flag`` a switch (``--name``, True when given), ``name+`` one or more, ``=name`` positional,
     ``name>dest`` passed as ``dest``) and what it runs
     (``"module:function"``, called with the parsed options as keyword arguments, dashes as underscores;
-    ``--config`` is passed as ``config_path``)."""
+    ``--config`` is passed as ``config_path``). ``passthrough``: the parameter that gets every argument after
+    the first ``--``, unparsed (``evotrainer run ... -- SNAKEMAKE_ARG ...``)."""
 
     entry: str
     options: tuple[str, ...] = ()
     help: str = ""
+    passthrough: str = ""
 
     def add_to(self, sub, name: str) -> None:
-        parser = sub.add_parser(name, help=self.help)
+        epilog = f"arguments after -- are passed on unchanged (as {self.passthrough})" if self.passthrough else None
+        parser = sub.add_parser(name, help=self.help, epilog=epilog)
         for spec in self.options:
             positional = spec.startswith("=")
             spec, _, dest = spec.lstrip("=").partition(">")
@@ -111,6 +114,12 @@ COMMANDS: dict[str, Command] = {
                       "redo a stage awaiting approval with feedback for the agent; then rerun snakemake"),
     "abort": Command("evotrainer.cli.approvals:abort", ("=run", "=reason?", "by?", "results?"),
                      "stop a run at its pending (or next) approval"),
+    "run": Command("evotrainer.cli.run:run", ("=overrides+?",),
+                   "run the workflow here (./Snakefile, else the bundled one): `run [OVERRIDE ...] "
+                   "[-- SNAKEMAKE_ARG ...]`, e.g. `run search.generations=5 -- -n`",
+                   passthrough="snakemake_args"),
+    "workflow": Command("evotrainer.cli.run:copy_workflow", ("=directory",),
+                        "copy the bundled workflow (Snakefile, workflow/, conf/, envs/, profiles/) into DIR to edit"),
 }
 
 
@@ -127,9 +136,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = COMMANDS.get(argv[0]) if argv else None
+    passed = None
+    if command is not None and command.passthrough and "--" in argv:  # argparse would mix them into positionals
+        cut = argv.index("--")
+        argv, passed = argv[:cut], argv[cut + 1:]
     args = vars(parser().parse_args(argv))
     for key in ("command", "_stage"):
         args.pop(key, None)
+    if passed is not None:
+        args[command.passthrough] = passed
     entry: Callable = load_object(args.pop("_entry"))
     from evotrainer import runtime  # noqa: F401  (offline env vars before any HF import)
 
