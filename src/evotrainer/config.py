@@ -140,15 +140,44 @@ def check_task(task: Any) -> None:
     from omegaconf import OmegaConf
 
     schema = task_schema(task.name)
-    for split in ("train", "val", "test", "probe"):
+    splits = ("train", "val", "test", "probe")
+    for key in task.sizes:
+        if key not in splits:
+            raise ConfigError(f"config: 'task.sizes.{key}' is not a split; allowed: {list(splits)}"
+                              + closest_hint(key, splits))
+    for split in splits:
         if task.sizes.get(split, 0) <= 0:
             raise ConfigError(f"config: 'task.sizes.{split}' must be a positive count")
+    _check_task_options(task)
     if schema is TaskConf:
         return
     check_fields(schema, task, "task.")
     if callable(getattr(schema, "check", None)):
         instance = OmegaConf.to_object(task) if isinstance(task, DictConfig) else schema(**task)
         instance.check()
+
+
+def _check_task_options(task: Any) -> None:
+    """Every key of ``task.options`` is a keyword the task takes (its constructor's parameters), unless it
+    takes any (``**kwargs``): a misspelled option fails here, not in the first job."""
+    import inspect
+
+    from evotrainer.tasks import TASKS
+
+    options = task.get("options") if hasattr(task, "get") else None
+    if not options:
+        return
+    try:
+        params = inspect.signature(TASKS.resolve(task.name)).parameters
+    except (TypeError, ValueError):  # no signature to read: the task checks its options itself
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = [str(key) for key in options if key not in params]
+    if unknown:
+        allowed = sorted(params)
+        raise ConfigError(f"config: 'task.options.{unknown[0]}' is not an option of task={task.name}; allowed: "
+                          f"{allowed}" + closest_hint(unknown[0], allowed))
 
 
 @dataclass

@@ -53,14 +53,25 @@ def test_an_unknown_top_level_key_names_the_closest():
 
 def test_a_known_key_absent_from_its_yaml_needs_no_plus():
     """agent.model is a field of the schema but not in conf/agent/heuristic.yaml: Hydra alone wants '+'."""
-    cfg = compose(["agent.model=some-model", "task.options.flag=1"])
-    assert cfg.agent.model == "some-model" and cfg.task.options.flag == 1
+    cfg = compose(["agent.model=some-model", "task=code", "task.options.workers=2"])
+    assert cfg.agent.model == "some-model" and cfg.task.options.workers == 2
     assert compose(["+agent.model=m"]).agent.model == "m"  # the '+' form a user may still write works too
 
 
 def test_a_misspelled_value_names_the_closest_allowed_one():
     with pytest.raises(ConfigError, match=r"'trainer.device' = 'cdua'.*did you mean 'cuda'"):
         compose(["trainer.device=cdua"])
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["task=code", "task.options.sorce=verl"], r"'task.options.sorce' is not an option of task=code.*did you mean 'source'"),
+    (["task.sizes.trian=5"], r"'task.sizes.trian' is not a split.*did you mean 'train'"),
+    (["task=reasoning_gym", "task.datasets=[chain_summ]"], r"reasoning-gym does not have.*did you mean 'chain_sum'"),
+    (["task.opz=+"], r"'task.opz' is not a field of task=arithmetic.*did you mean 'ops'"),
+])
+def test_typos_inside_the_task_group_name_the_closest(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose(overrides)
 
 
 def test_an_unknown_key_inside_an_experiment_file_names_the_closest(tmp_path):

@@ -101,3 +101,15 @@ def test_a_changed_config_under_a_run_with_outputs_is_refused_and_generations_st
     assert config["search"]["generations"] == 4 and config["trainer"]["threads"] == 1
     history = (tmp_path / "results/default/config_history.jsonl").read_text()
     assert '"search.generations": [2, 4]' in history
+
+
+def test_a_users_own_config_folder_joins_through_hydra_searchpath(tmp_path):
+    mine = tmp_path / "myconf" / "experiment"
+    mine.mkdir(parents=True)
+    (mine / "lr_study.yaml").write_text("# @package _global_\nsearch:\n  generations: 6\n")
+    result = snakemake(tmp_path / "work", "-n", "--config", f"hydra__searchpath=[file://{tmp_path}/myconf]",
+                       "experiment=lr_study")
+    assert planned(result, "select") == 6
+    typo = snakemake(tmp_path / "work", "-n", "--config", f"hydra__searchpath=[file://{tmp_path}/myconf]",
+                     "experiment=lr_studdy")
+    assert "did you mean 'lr_study'" in one_line_failure(typo, tmp_path / "work")

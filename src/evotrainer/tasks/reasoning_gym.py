@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from evotrainer.contracts.config_fields import ConfigError, non_empty
+from evotrainer.contracts.config_fields import ConfigError, closest_hint, non_empty
 from evotrainer.contracts.task import Task, TaskError, Verification, json_safe, messages, metadata_of
 from evotrainer.tasks.harnesses import complete
 from evotrainer.tasks.partition import PARTITION_OF_SPLIT, check_sizes, partition_of
@@ -83,6 +83,12 @@ class ReasoningGymConfig:
     dataset_options: dict[str, Any] = field(default_factory=dict)  # {dataset: {key: value}}
 
     def check(self) -> None:
+        from reasoning_gym.factory import DATASETS
+
+        unknown = [str(name) for name in self.datasets if name not in DATASETS]
+        if unknown:
+            raise ConfigError(f"config: 'task.datasets' names {unknown}, which reasoning-gym does not have; choose from "
+                              f"{sorted(DATASETS)}" + closest_hint(unknown[0], DATASETS))
         if self.weights and (len(self.weights) != len(self.datasets) or min(self.weights) <= 0):
             raise ConfigError(f"config: 'task.weights' = {list(self.weights)}: give one positive weight per dataset "
                               f"of task.datasets {list(self.datasets)}, or none (equal weights)")
