@@ -485,14 +485,14 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path | None = No
         raise ConfigError(f"config: no config.yaml in {conf} (the conf/ folder beside the Snakefile)")
     overrides = [str(o) for o in overrides or []]
     _check_renamed_overrides(overrides)
-    overrides = [_checked_override(o, conf, overrides) for o in overrides]
+    overrides = [_checked_override(o) for o in overrides]
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=overrides)
     except MissingConfigException as err:
         raise ConfigError(_missing_option(err, conf)) from None
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(f"config: {_one_line(err)}") from None
+        raise ConfigError(_hydra_error(err)) from None
     return validate(cfg)
 
 
@@ -516,35 +516,41 @@ def _missing_option(err: Any, conf: Path) -> str:
     return message + closest_hint(option, options)
 
 
-def _checked_override(override: str, conf: Path, overrides: list[str]) -> str:
+def _checked_override(override: str) -> str:
     """An override whose key the schema knows, as Hydra must read it: ``++key=value`` (set, whether or not its
-    group's YAML has the key); a group choice, a deletion and ``hydra.*`` unchanged. An unknown key:
-    ConfigError with the closest known key."""
+    group's YAML has the key); a group choice (``task=math``, ``experiment=quick``, a group of a
+    hydra.searchpath folder), a deletion and ``hydra.*`` unchanged. An unknown dotted key: ConfigError with the
+    closest known key (an unknown plain word is Hydra's to refuse, see ``_hydra_error``)."""
+    import dataclasses
+
     if "=" not in override or override.startswith("~"):
         return override
     key, value = override.split("=", 1)
     bare = key.lstrip("+")
-    if bare.startswith("hydra.") or bare == "hydra":
+    if bare.split(".")[0] == "hydra":
         return override
-    if "." not in bare and bare in _config_groups(conf, overrides):
-        return override
+    if "." not in bare:
+        kinds = {f.name: f for f in dataclasses.fields(Config)}
+        if bare not in kinds or bare in _GROUP_FIELDS:  # a config group (or an unknown word: Hydra decides)
+            return override
+        return f"++{bare}={value}"
     problem = schema_key_problem(bare)
     if problem:
         raise ConfigError(problem)
     return f"++{bare}={value}"
 
 
-def _config_groups(conf: Path, overrides: list[str]) -> set[str]:
-    """The config groups: conf/'s folders and those of every hydra.searchpath folder given as a file:// path."""
-    folders = [conf]
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+") == "hydra.searchpath":
-            for entry in value.strip("[]").split(","):
-                entry = entry.strip().strip("'\"")
-                if entry.startswith("file://"):
-                    folders.append(Path(entry[len("file://"):]))
-    return {child.name for folder in folders if folder.is_dir() for child in folder.iterdir() if child.is_dir()}
+# Config fields that are also config groups (conf/<name>/): ``task=math`` chooses a file, it sets no value
+_GROUP_FIELDS = ("task", "policy", "trainer", "rollout", "agent", "harness", "search")
+
+
+def _hydra_error(err: Exception) -> str:
+    """Hydra's refusal as one line; an override of a key no group has names the closest known key."""
+    import re
+
+    found = re.search(r"Could not override '([^']+)'", str(err))
+    problem = schema_key_problem(found.group(1)) if found else None
+    return problem or f"config: {_one_line(err)}"
 
 
 def schema_key_problem(key: str) -> str | None:
