@@ -7,6 +7,7 @@ Snakemake does not accept dots in ``--config`` keys, so nested keys are written 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from evotrainer.contracts.config_fields import (
     closest_hint,
     installed,
     one_of,
+    satisfies,
 )
 from evotrainer.plugins import AGENTS, ROLLOUTS, TRAINERS
 
@@ -34,6 +36,10 @@ PACKAGED_CONF = Path(__file__).resolve().parent / "bundled" / "conf"
 # (between). validate() walks the dataclasses, so the key, the value and what is allowed are in one place.
 # The helpers (and ConfigError) live in contracts/config_fields.py, where the tasks (below this module)
 # declare their own fields; they are re-exported here.
+
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_UNSAFE_PATH = re.compile(r"""[\s'"$`;&|<>()*?\[\]{}!#\\]""")
 
 
 @dataclass
@@ -367,8 +373,14 @@ class SandboxConf:
 
 @dataclass
 class Config:
-    run: str = "default"
-    results_dir: str = "results"
+    # a folder name under results_dir that is also a Snakemake wildcard value and a word in the rules' shell
+    # commands: letters, digits, '.', '_', '-' (no '/', space or shell character; not '.' or '..')
+    run: str = satisfies("default", test=lambda v: _RUN_NAME.fullmatch(str(v)) is not None,
+                         allowed="a name of letters, digits, '.', '_' and '-' that starts with a letter or digit "
+                                 "(at most 100 characters), e.g. lr-study")
+    results_dir: str = satisfies("results", test=lambda v: bool(str(v)) and not _UNSAFE_PATH.search(str(v)),
+                                 allowed="a path without spaces, quotes or shell characters ($ ` ; & | < > ( ) * ? "
+                                         "[ ] { } ! # \\): the rules pass it to shell commands")
     seed: int = 0
     # local runs fork every stage job from one process that imported torch/transformers/pandas once
     # (evotrainer.forkserver); false: a fresh interpreter per job. Never on SLURM or under --sdm conda.

@@ -257,3 +257,16 @@ def test_evotrainer_config_reads_the_workflow_in_the_current_folder_and_names_mi
     assert shown.returncode == 0 and yaml.safe_load(shown.stdout)["search"]["generations"] == 6
     missing = config("task=math", f"task.data_dir={tmp_path}/nothing")
     assert missing.returncode == 2 and "config: task.data_dir=" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("name", ["a+b", "a/b", "../x", "my run", ".hidden", "x" * 101])
+def test_a_run_name_that_is_no_plain_folder_name_is_refused(name):
+    """A run name is a folder, a wildcard value (a regex) and a word in shell commands."""
+    with pytest.raises(ConfigError, match=r"'run' = .*allowed: a name of letters, digits"):
+        compose([f"run='{name}'"])
+
+
+def test_a_results_dir_the_rules_cannot_pass_to_a_shell_is_refused():
+    with pytest.raises(ConfigError, match=r"'results_dir' = '/data/My Drive/r'.*shell"):
+        compose(["results_dir='/data/My Drive/r'"])
+    assert compose(["run=lr.study_2-b", "results_dir=/data/runs/r1"]).run == "lr.study_2-b"

@@ -136,7 +136,7 @@ except ConfigError as err:
 
 
 wildcard_constraints:
-    run="|".join(RUN_CONFIGS),
+    run="|".join(re.escape(name) for name in RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
     arm=r"evolved|baseline_matched|baseline",
