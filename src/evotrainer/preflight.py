@@ -3,7 +3,7 @@
 traceback, instead of a job failing hours later on a cluster).
 
 What is checked: the task's path fields (``path_field`` in its ``Config``: a folder and the files it must
-hold), ``policy.path`` for ``policy=hf`` (a model folder with ``config.json``), ``harness.initial`` (a harness
+hold), ``policy.path`` for ``policy=hf`` (a model folder with ``config.json``, a tokenizer and weights), ``harness.initial`` (a harness
 folder with ``recipe.yaml``), ``agent.extra_candidates`` (a folder), the API key of ``agent=claude|openai``
 (the environment variable ``agent.api_key_env`` names, as ``evotrainer.agents.llm.api_key`` reads it),
 ``trainer.verl.python`` (an executable) and that ``results_dir`` can be written.
@@ -24,7 +24,8 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     problems = _task_paths(cfg.task)
     policy = cfg.policy
     if policy.name == "hf" and policy.path:
-        problems += _folder("policy.path", policy.path, ("config.json",), "a Hugging Face model folder")
+        problems += (_folder("policy.path", policy.path, ("config.json",), "a Hugging Face model folder")
+                     or _model_files(policy.path))
     if cfg.harness.initial:
         problems += _folder("harness.initial", cfg.harness.initial, ("recipe.yaml",), "a harness folder")
     if cfg.agent.extra_candidates:
@@ -66,6 +67,23 @@ def _folder(key: str, value: str, holds: tuple[str, ...], what: str) -> list[str
     if not os.access(path, os.R_OK | os.X_OK):
         return [f"{key}={value}: not readable"]
     return []
+
+
+# What AutoTokenizer / AutoModelForCausalLM.from_pretrained read from a local folder (any one of each kind)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _model_files(value: str) -> list[str]:
+    path = Path(str(value)).expanduser()
+    if not path.is_dir():
+        return []
+    problems = []
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        problems.append(f"policy.path={value}: no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
+    if not any(next(path.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS):
+        problems.append(f"policy.path={value}: no model weights (no *.safetensors or pytorch_model*.bin)")
+    return problems
 
 
 def _agent_key(agent: Any) -> list[str]:

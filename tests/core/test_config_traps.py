@@ -151,6 +151,21 @@ def test_missing_paths_and_keys_are_named_before_any_job(tmp_path, monkeypatch):
     assert all("\n" not in p for p in problems)
 
 
+def test_a_model_folder_without_tokenizer_or_weights_is_named(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    problems = preflight_problems(compose(["policy=hf", f"policy.path={model}"]))
+    assert any("no tokenizer" in p for p in problems) and any("no model weights" in p for p in problems)
+
+
+def test_a_real_model_folder_passes(tmp_path):
+    from tests.hf_fixtures import build_qwen2_dir
+
+    model = build_qwen2_dir(tmp_path / "model", vocab_size=300)
+    assert preflight_problems(compose(["policy=hf", f"policy.path={model}"])) == []
+
+
 def test_a_data_dir_without_its_files_is_named(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.parquet").write_bytes(b"")
