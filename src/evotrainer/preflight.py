@@ -3,10 +3,11 @@
 traceback, instead of a job failing hours later on a cluster).
 
 What is checked: the task's path fields (``path_field`` in its ``Config``: a folder and the files it must
-hold), ``policy.path`` for ``policy=hf`` (a model folder with ``config.json``, a tokenizer and weights), ``harness.initial`` (a harness
-folder with ``recipe.yaml``), ``agent.extra_candidates`` (a folder), the API key of ``agent=claude|openai``
-(the environment variable ``agent.api_key_env`` names, as ``evotrainer.agents.llm.api_key`` reads it),
-``trainer.verl.python`` (an executable) and that ``results_dir`` can be written.
+hold), ``policy.path`` for ``policy=hf`` (a model folder with ``config.json``, a tokenizer and weights),
+``harness.initial`` (a harness folder with ``recipe.yaml``), ``agent.extra_candidates`` (a folder), the API
+key of ``agent=claude|openai`` (the environment variable ``agent.api_key_env`` names, as
+``evotrainer.agents.llm.api_key`` reads it), ``trainer.verl.python`` (an executable), and that
+``results_dir`` (and a shared ``skills.library_dir``) can be written.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     if cfg.trainer.name == "verl" and python and not os.access(Path(python).expanduser(), os.X_OK):
         problems.append(f"trainer.verl.python={python}: not an executable file")
     problems += _writable("results_dir", cfg.results_dir)
+    if cfg.skills.enabled and cfg.skills.library_dir:
+        problems += _writable("skills.library_dir", cfg.skills.library_dir)
     return problems
 
 

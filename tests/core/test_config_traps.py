@@ -189,6 +189,8 @@ def test_an_openai_compatible_local_server_needs_no_key(monkeypatch):
 def test_an_unwritable_results_dir_is_named(tmp_path):
     (tmp_path / "a-file").write_text("")
     assert any("results_dir" in p for p in preflight_problems(compose([f"results_dir={tmp_path}/a-file/results"])))
+    shared = preflight_problems(compose([f"skills.library_dir={tmp_path}/a-file/skills"]))
+    assert any("skills.library_dir" in p for p in shared)
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir()
