@@ -171,6 +171,8 @@ def test_a_data_dir_without_its_files_is_named(tmp_path):
     (tmp_path / "data" / "train.parquet").write_bytes(b"")
     problems = preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"]))
     assert any("test.parquet" in p for p in problems)
+    (tmp_path / "data" / "test.parquet").write_bytes(b"")  # val.parquet is optional (held out of train)
+    assert preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"])) == []
 
 
 def test_a_complete_setup_has_no_problems(tmp_path, monkeypatch):

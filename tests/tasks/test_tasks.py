@@ -225,6 +225,26 @@ def test_malformed_math_data_names_the_file_and_the_column(math_dir, tmp_path, b
         tasks.load("math", data_dir=str(tmp_path)).splits({"train": 10}, seed=0)
 
 
+def test_math_without_val_parquet_holds_a_seeded_val_out_of_train(math_dir, tmp_path):
+    """verl's preprocessing writes train and test only: val is 10% of train (at most task.sizes.val), disjoint
+    from the train split, the same for the same seed, and probe never draws from it."""
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.parquet").write_bytes((math_dir / f"{split}.parquet").read_bytes())
+    task = tasks.load("math", data_dir=str(tmp_path))
+    with pytest.warns(UserWarning, match=r"no val.parquet; val is 30 of train.parquet's 300 rows"):
+        made = task.splits({"train": 1000, "val": 100, "probe": 1000}, seed=7)
+    assert (len(made["train"]), len(made["val"]), len(made["probe"])) == (270, 30, 270)
+    text = lambda frame: set(frame["prompt"].map(str))  # noqa: E731
+    assert not text(made["train"]) & text(made["val"]) and not text(made["probe"]) & text(made["val"])
+    assert made["val"]["prompt_id"].str.startswith("val-").all() and made["probe"]["prompt_id"].str.startswith("probe-").all()
+    with pytest.warns(UserWarning):
+        again = task.splits({"train": 1000, "val": 10, "probe": 8}, seed=7)
+    assert len(again["val"]) == 10 and text(again["val"]) <= text(made["val"]) | text(made["train"])
+    with pytest.warns(UserWarning):
+        same = task.splits({"train": 1000, "val": 100, "probe": 1000}, seed=7)
+    assert same["val"].equals(made["val"]) and same["train"].equals(made["train"])
+
+
 # --- reasoning-gym ------------------------------------------------------------------------------------
 
 def test_reasoning_gym_splits_are_weighted_disjoint_and_reproducible(gym):

@@ -108,7 +108,7 @@ class CodeConfig:
     (source, time_limit_s, memory_mb, workers, ...) comes as ``task.options``."""
 
     data_dir: str | None = path_field(  # source=verl: a folder with train/val/test.parquet in verl's format
-        holds=("train.parquet", "val.parquet", "test.parquet"), what="verl-format code parquet files")
+        holds=("train.parquet", "test.parquet"), what="verl-format code parquet files (val.parquet optional)")
     weights: list[float] = field(default_factory=list)  # sampling weight of each embedded difficulty level; empty = default
 
 

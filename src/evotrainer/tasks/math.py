@@ -1,7 +1,10 @@
 """``task=math``: the user's own math data in verl's parquet format, answers verified with math-verify.
 
-``task.data_dir`` holds ``train.parquet``, ``val.parquet`` and ``test.parquet`` (``probe.parquet``
-optional: else the probe split is drawn from train). Columns, as verl's RLHFDataset reads them:
+``task.data_dir`` holds ``train.parquet`` and ``test.parquet``; ``val.parquet`` is optional (verl's
+preprocessing scripts write train and test only): without it a seeded val split of 10% of train's rows (at
+most ``task.sizes.val``) is held out of train, disjoint from the train split, and the data stage's log says
+so. ``probe.parquet`` is optional too: else the probe split is drawn from train. Columns, as verl's
+RLHFDataset reads them:
 
 - ``prompt``: chat messages, a list of {role, content} (a plain string is taken as the user's message);
 - ``reward_model``: {style, ground_truth}; ``ground_truth`` is the answer as LaTeX or plain text;
@@ -105,7 +108,8 @@ def read_verl_parquet(path: Path, split: str) -> pd.DataFrame:
     try:
         raw = pd.read_parquet(path)
     except FileNotFoundError as err:
-        raise TaskError(f"{path}: missing; task.data_dir must hold train.parquet, val.parquet, test.parquet") from err
+        raise TaskError(f"{path}: missing; task.data_dir must hold train.parquet and test.parquet (val.parquet "
+                        "optional)") from err
     except Exception as err:  # noqa: BLE001 - pyarrow's errors for a damaged file vary
         raise TaskError(f"{path}: not a readable parquet file ({type(err).__name__}: {err})") from err
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
@@ -146,8 +150,9 @@ class MathConfig:
     """``task.data_dir`` (conf/task/math.yaml)."""
 
     data_dir: str | None = path_field(
-        holds=("train.parquet", "val.parquet", "test.parquet"), what="verl-format math parquet files",
-        required_hint="when task.name=math (a folder with train.parquet, val.parquet, test.parquet in verl's format)")
+        holds=("train.parquet", "test.parquet"), what="verl-format math parquet files (val.parquet optional)",
+        required_hint="when task.name=math (a folder with train.parquet and test.parquet in verl's format; "
+                      "val.parquet optional)")
 
 
 class MathTask(Task):
@@ -161,8 +166,8 @@ class MathTask(Task):
 
     def __init__(self, data_dir: str | Path | None = None):
         if not data_dir:
-            raise TaskError("task.data_dir is required for task=math: a folder with train.parquet, val.parquet, "
-                            "test.parquet in verl's format (evotrainer.tasks.math_synthetic.write_dataset makes one)")
+            raise TaskError("task.data_dir is required for task=math: a folder with train.parquet and "
+                            "test.parquet (val.parquet optional) in verl's format (evotrainer.tasks.math_synthetic.write_dataset makes one)")
         self.data_dir = Path(data_dir).expanduser()
         if not self.data_dir.is_dir():
             raise TaskError(f"task.data_dir={str(self.data_dir)!r} is not a directory")
@@ -173,23 +178,50 @@ class MathTask(Task):
             raise TaskError(f"task.sizes: unknown split(s) {sorted(unknown)}; allowed: train, val, probe, test")
         test = read_verl_parquet(self.data_dir / "test.parquet", "test")
         held_out = set(_prompt_text(test))
+        carved = None if (self.data_dir / "val.parquet").exists() else self._val_from_train(sizes, seed, held_out)
         out: dict[str, pd.DataFrame] = {}
         for split, size in sizes.items():
             if split == "test":
                 frame = test
+            elif carved is not None and split in ("train", "val"):
+                frame = carved[split]
+            elif carved is not None and split == "probe" and not (self.data_dir / "probe.parquet").exists():
+                # drawn from the train split, never from the rows held out as val (harness code reads probe rollouts)
+                frame = carved["train"].assign(prompt_id=lambda f: f["prompt_id"].str.replace("train-", "probe-", n=1))
             else:
                 source = split if split != "probe" or (self.data_dir / "probe.parquet").exists() else "train"
-                frame = read_verl_parquet(self.data_dir / f"{source}.parquet", split)
-                overlap = _prompt_text(frame).isin(held_out)
-                if overlap.any():
-                    warnings.warn(f"{self.data_dir / f'{source}.parquet'}: {int(overlap.sum())} prompt(s) also in "
-                                  "test.parquet were dropped", stacklevel=2)
-                    frame = frame[~overlap.to_numpy()]
+                frame = self._read(source, split, held_out)
             if len(frame) > size:  # a seeded sample, in file order; prompt_id keeps the file's row number
                 rng = np.random.default_rng([seed, *split.encode()])
                 frame = frame.iloc[np.sort(rng.choice(len(frame), size=size, replace=False))]
             out[split] = frame.reset_index(drop=True)
         return out
+
+    def _read(self, source: str, split: str, held_out: set[str]) -> pd.DataFrame:
+        """``<source>.parquet`` as the rows of ``split``, without the prompts test.parquet also holds."""
+        frame = read_verl_parquet(self.data_dir / f"{source}.parquet", split)
+        overlap = _prompt_text(frame).isin(held_out)
+        if overlap.any():
+            warnings.warn(f"{self.data_dir / f'{source}.parquet'}: {int(overlap.sum())} prompt(s) also in "
+                          "test.parquet were dropped", stacklevel=2)
+            frame = frame[~overlap.to_numpy()]
+        return frame
+
+    def _val_from_train(self, sizes: dict[str, int], seed: int, held_out: set[str]) -> dict[str, pd.DataFrame]:
+        """No val.parquet: a seeded 10% of train's rows (at least 1, at most task.sizes.val) become val; train
+        keeps the rest, so the two are disjoint."""
+        frame = self._read("train", "train", held_out)
+        if len(frame) < 2:
+            raise TaskError(f"{self.data_dir / 'train.parquet'}: {len(frame)} row(s); without val.parquet, val is "
+                            "held out of train, which needs at least 2 rows")
+        n_val = max(1, min(sizes.get("val", len(frame)), len(frame) // 10))
+        rng = np.random.default_rng([seed, *b"val-from-train"])
+        chosen = np.zeros(len(frame), dtype=bool)
+        chosen[rng.choice(len(frame), size=n_val, replace=False)] = True
+        val = frame[chosen].assign(prompt_id=lambda f: f["prompt_id"].str.replace("train-", "val-", n=1))
+        warnings.warn(f"{self.data_dir}: no val.parquet; val is {n_val} of train.parquet's {len(frame)} rows "
+                      "(seeded, 10% at most task.sizes.val), held out of the train split", stacklevel=2)
+        return {"train": frame[~chosen], "val": val}
 
     def verify(self, response: str, ground_truth: str, metadata: dict | None = None) -> Verification:
         return verify_math(response, ground_truth)
