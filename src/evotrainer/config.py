@@ -636,7 +636,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     if merged.trainer.name == "verl" and multi_turn:
         _check_verl_multi_turn(merged)
     if merged.policy.name == "hf" and not merged.policy.path:
-        raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory)")
+        raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory, or "
+                          "a Hub id in the local HF cache)")
     if merged.agent.name in ("claude", "openai") and not merged.agent.model:
         raise ConfigError(f"config: 'agent.model' is required when agent.name={merged.agent.name} (see conf/agent/)")
     OmegaConf.set_readonly(merged, True)

@@ -3,9 +3,9 @@
 traceback, instead of a job failing hours later on a cluster).
 
 What is checked: the task's path fields (``path_field`` in its ``Config``: a folder and the files it must
-hold), ``policy.path`` for ``policy=hf`` (a model folder with ``config.json``, a tokenizer and weights),
-``harness.initial`` (a harness folder with ``recipe.yaml``), ``agent.extra_candidates`` (a folder), the API
-key of ``agent=claude|openai`` (the environment variable ``agent.api_key_env`` names, as
+hold), ``policy.path`` for ``policy=hf`` (a model folder, or a Hub id in the local HF cache, with
+``config.json``, a tokenizer and weights), ``harness.initial`` (a harness folder with ``recipe.yaml``),
+``agent.extra_candidates`` (a folder), the API key of ``agent=claude|openai`` (the environment variable ``agent.api_key_env`` names, as
 ``evotrainer.agents.llm.api_key`` reads it), ``trainer.verl.python`` (an executable), and that
 ``results_dir`` (and a shared ``skills.library_dir``) can be written.
 """
@@ -25,8 +25,7 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     problems = _task_paths(cfg.task)
     policy = cfg.policy
     if policy.name == "hf" and policy.path:
-        problems += (_folder("policy.path", policy.path, ("config.json",), "a Hugging Face model folder")
-                     or _model_files(policy.path))
+        problems += _model(str(policy.path))
     if cfg.harness.initial:
         problems += _folder("harness.initial", cfg.harness.initial, ("recipe.yaml",), "a harness folder")
     if cfg.agent.extra_candidates:
@@ -77,8 +76,19 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
-def _model_files(value: str) -> list[str]:
-    path = Path(str(value)).expanduser()
+def _model(value: str) -> list[str]:
+    """policy.path: a model folder, or a Hub id in the local HF cache (evotrainer.policy.hub), with its files."""
+    from evotrainer.policy.hub import ModelNotFound, resolve_model
+
+    try:
+        path = resolve_model(value)
+    except ModelNotFound as err:
+        return [str(err)]
+    return (_folder("policy.path", str(path), ("config.json",), "a Hugging Face model folder")
+            or _model_files(path, value))
+
+
+def _model_files(path: Path, value: str) -> list[str]:
     if not path.is_dir():
         return []
     problems = []

@@ -1,6 +1,6 @@
 """Make the starting policy named by the ``policy`` config group: ``tiny`` (character tokenizer, built in
 code), ``qwen2_tiny`` (a random-init Qwen2 with a byte-level BPE trained in code on the task's training
-text), or ``hf`` (any local Hugging Face causal-LM directory, ``policy.path``)."""
+text), or ``hf`` (a local Hugging Face causal-LM directory, or a Hub id in the local HF cache: ``policy.path``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def make_policy(policy_cfg, train: pd.DataFrame, device: str, seed: int, alphabe
         tokenizer = qwen2_tiny.build_tokenizer(qwen2_tiny.training_texts(train["prompt"], responses))
         return qwen2_tiny.build_model(tokenizer, p.hidden_size, p.num_layers, p.num_heads, p.intermediate_size,
                                       p.max_positions, seed=seed).to(device), tokenizer
+    from evotrainer.policy.hub import resolve_model
     from evotrainer.policy.tiny import load_policy
 
-    return load_policy(p.path, device)
+    return load_policy(resolve_model(p.path), device)
