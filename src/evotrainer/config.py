@@ -287,7 +287,10 @@ class AgentConf:
 
 @dataclass
 class HarnessConf:
-    initial: str | None = None
+    initial: str | None = None  # a harness folder; null = the task's default harness
+    # RL recipe knobs set over the initial harness's recipe.yaml (harness.recipe.lr=1e-4): the loop and the
+    # baseline start from that recipe (checked against evotrainer.contracts.harness.RECIPE_SCHEMA)
+    recipe: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -635,6 +638,7 @@ def validate(cfg: DictConfig) -> DictConfig:
                              if multi_turn else ""))
     if merged.trainer.name == "verl" and multi_turn:
         _check_verl_multi_turn(merged)
+    _check_recipe_overrides(merged.harness.recipe)
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory, or "
                           "a Hub id in the local HF cache)")
@@ -642,6 +646,20 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: 'agent.model' is required when agent.name={merged.agent.name} (see conf/agent/)")
     OmegaConf.set_readonly(merged, True)
     return merged
+
+
+def _check_recipe_overrides(recipe: Any) -> None:
+    """harness.recipe: each key a knob of the recipe (the closest named), each value within its range."""
+    from evotrainer.contracts.harness import RECIPE_SCHEMA, HarnessError
+
+    for key, value in (OmegaConf.to_container(recipe) if isinstance(recipe, DictConfig) else recipe or {}).items():
+        if key not in RECIPE_SCHEMA:
+            raise ConfigError(f"config: 'harness.recipe.{key}' is not a recipe knob; allowed: {sorted(RECIPE_SCHEMA)}"
+                              + closest_hint(key, RECIPE_SCHEMA))
+        try:
+            RECIPE_SCHEMA[key].check(key, value, "config: harness.recipe")
+        except HarnessError as err:
+            raise ConfigError(str(err)) from None
 
 
 def task_supports(name: str) -> frozenset[str]:
@@ -670,7 +688,8 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
     if not (harness / "recipe.yaml").is_file():
         return  # a missing initial harness is the init stage's error
     try:
-        check_multi_turn_for_verl(load_recipe(harness), load_env(harness), where=str(harness))
+        recipe = load_recipe(harness) | OmegaConf.to_container(cfg.harness.recipe)
+        check_multi_turn_for_verl(recipe, load_env(harness), where=str(harness))
     except HarnessError as err:
         raise ConfigError(f"config: trainer=verl with task={cfg.task.name}: {err}") from err
 

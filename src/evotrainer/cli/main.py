@@ -114,6 +114,9 @@ COMMANDS: dict[str, Command] = {
                       "redo a stage awaiting approval with feedback for the agent; then rerun snakemake"),
     "abort": Command("evotrainer.cli.approvals:abort", ("=run", "=reason?", "by?", "results?"),
                      "stop a run at its pending (or next) approval"),
+    "harness": Command("evotrainer.cli.harness:harness", ("=action", "=directory", "=overrides+?", "task?"),
+                       "`harness init DIR [OVERRIDE ...] [--task NAME]`: write a task's complete starting harness "
+                       "(with harness.recipe.* set) to edit and pass as harness.initial=DIR"),
     "run": Command("evotrainer.cli.run:run", ("=overrides+?",),
                    "run the workflow here (./Snakefile, else the bundled one): `run [OVERRIDE ...] "
                    "[-- SNAKEMAKE_ARG ...]`, e.g. `run search.generations=5 -- -n`",

@@ -22,14 +22,29 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
         threads: int = 1) -> None:
     cfg = config(config_path)
     task = task_of(cfg)
-    initial_harness = Path(cfg.harness.initial) if cfg.harness.initial else task.default_harness()
-    check_harness(initial_harness)
+    initial_harness = initial_harness_of(cfg, task)
     train = read_split(Path(data_dir) / "train.parquet")
     val = read_split(Path(data_dir) / "val.parquet")
     start = time.time()
     started = warm_start.start(cfg, task, initial_harness, train, val, threads)
     _write_outputs(started.model, started.tokenizer, started.log, started.metrics, start, initial_harness, out_policy,
                    out_harness, out_sft_log, out_metrics)
+
+
+def initial_harness_of(cfg, task) -> Path:
+    """The harness the loop and the baseline start from: harness.initial (or the task's default), with the
+    recipe knobs of harness.recipe set in its recipe.yaml (a copy; comments kept), checked."""
+    from omegaconf import OmegaConf
+
+    from evotrainer.tasks.harnesses import with_recipe_values
+
+    harness = Path(cfg.harness.initial) if cfg.harness.initial else task.default_harness()
+    check_harness(harness)
+    overrides = OmegaConf.to_container(cfg.harness.recipe) if cfg.harness.recipe else {}
+    if overrides:
+        harness = with_recipe_values(harness, overrides)
+        check_harness(harness)
+    return harness
 
 
 def _write_outputs(model, tokenizer, log: pd.DataFrame, metrics: dict, start: float, initial_harness, out_policy: str,

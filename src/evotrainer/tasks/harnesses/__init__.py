@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from evotrainer.atomic import atomic_dir
-from evotrainer.contracts.harness import DEFAULT_HARNESS, HARNESS_FILES
+from evotrainer.contracts.harness import DEFAULT_HARNESS, HARNESS_FILES, OPTIONAL_HARNESS_FILES
 
 
 def complete(folder: Path) -> Path:
@@ -27,7 +27,8 @@ def with_recipe_values(folder: Path, values: dict) -> Path:
     kept: a content-addressed copy in the temp directory (a task whose sources need other defaults)."""
     from evotrainer.contracts.intervention import set_recipe_values
 
-    contents = {name: (folder / name).read_bytes() for name in HARNESS_FILES}
+    contents = {name: (folder / name).read_bytes() for name in HARNESS_FILES + OPTIONAL_HARNESS_FILES
+                if name in HARNESS_FILES or (folder / name).is_file()}  # env.yaml of a multi-turn task too
     contents["recipe.yaml"] = set_recipe_values(contents["recipe.yaml"].decode("utf-8"), values).encode("utf-8")
     return _content_addressed(folder.name, contents)
 
