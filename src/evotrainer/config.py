@@ -545,8 +545,7 @@ def _checked_override(override: str) -> str:
     if bare.split(".")[0] == "hydra":
         return override
     if "." not in bare:
-        kinds = {f.name: f for f in dataclasses.fields(Config)}
-        if bare not in kinds or bare in _GROUP_FIELDS:  # a config group (or an unknown word: Hydra decides)
+        if bare not in {f.name for f in dataclasses.fields(Config)} or bare in _GROUP_FIELDS:  # a config group (or an unknown word: Hydra decides)
             return override
         return f"++{bare}={value}"
     problem = schema_key_problem(bare)

@@ -118,8 +118,12 @@ def check_run_config(root: str | Path, cfg: DictConfig) -> None:
 
 
 def _show(value: Any) -> str:
-    return "(unset)" if value is None else json.dumps(value) if isinstance(value, str | list | dict) and (
-        not isinstance(value, str) or not value or " " in value) else str(value)
+    """A value as the message shows it: a plain word as is, other strings, lists and mappings as JSON."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, str) and value and " " not in value:
+        return value
+    return json.dumps(value) if isinstance(value, str | list | dict) else str(value)
 
 
 def _free_name(root: Path) -> str:
