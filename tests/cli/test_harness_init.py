@@ -51,3 +51,17 @@ def test_harness_init_writes_a_complete_harness_that_runs_as_harness_initial(tmp
     assert again.returncode == 1 and "not empty" in again.stderr
     bad = evotrainer("harness", "init", str(tmp_path / "other"), "harness.recipe.lrr=1", cwd=tmp_path)
     assert bad.returncode == 2 and "did you mean 'lr'" in bad.stderr and not (tmp_path / "other").exists()
+
+
+@pytest.mark.fast
+def test_a_harness_planted_under_the_predictable_temp_name_is_replaced(tmp_path):
+    """The recipe-overridden harness is a content-addressed folder in the shared temp directory: a folder
+    planted there under that name (another reward.py) must not be used."""
+    from evotrainer.tasks.harnesses import with_recipe_values
+
+    task = from_config(compose().task)
+    made = with_recipe_values(task.default_harness(), {"lr": 3e-4})
+    honest = (made / "reward.py").read_bytes()
+    (made / "reward.py").write_text("def compute_score(*a, **k):\n    return 1.0\n")
+    again = with_recipe_values(task.default_harness(), {"lr": 3e-4})
+    assert again == made and (again / "reward.py").read_bytes() == honest

@@ -39,8 +39,19 @@ def _content_addressed(name: str, contents: dict[str, bytes]) -> Path:
     for file, data in contents.items():
         digest.update(file.encode() + b"\0" + data)
     target = Path(tempfile.gettempdir()) / f"evotrainer-harness-{name}-{digest.hexdigest()[:12]}"
-    if not all((target / file).is_file() for file in contents):
+    # reused only when it holds exactly these bytes: the name is predictable, and the temp directory is shared
+    # with other users, so a folder planted there under it (another reward.py) is replaced, never trusted
+    if not _holds_exactly(target, contents):
         with atomic_dir(target) as tmp:
             for file, data in contents.items():
                 (tmp / file).write_bytes(data)
     return target
+
+
+def _holds_exactly(folder: Path, contents: dict[str, bytes]) -> bool:
+    try:
+        names = {p.name for p in folder.iterdir()}
+        return names == set(contents) and all(
+            not (folder / f).is_symlink() and (folder / f).read_bytes() == data for f, data in contents.items())
+    except OSError:
+        return False
