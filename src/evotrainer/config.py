@@ -200,6 +200,9 @@ class SFTConf:
 class PolicyConf:
     name: str = one_of("tiny", "tiny", "hf", "qwen2_tiny")
     path: str | None = None
+    dtype: str = one_of("auto", "auto", "float32", "bfloat16", "float16")  # what weights load in (policy.tiny.weights_dtype)
+    # RL recipe knobs this policy starts from, set over the task's built-in harness (never over harness.initial)
+    recipe: dict[str, Any] = field(default_factory=dict)
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -341,6 +344,7 @@ class SearchConf:
     headline_search_arms: bool = True  # the headline also runs the search-control and random-search loops per seed
     gates: bool = True
     train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
+    retention: str = one_of("all", "all", "needed")  # needed: delete what no later stage reads (docs/retention.md)
     diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())
     backtest_budget: BacktestBudgetConf = field(default_factory=lambda: BacktestBudgetConf())
 
@@ -637,6 +641,7 @@ def validate(cfg: DictConfig) -> DictConfig:
                              if multi_turn else ""))
     if merged.trainer.name == "verl" and multi_turn:
         _check_verl_multi_turn(merged)
+    _check_recipe_overrides(merged.policy.recipe, "policy.recipe")
     _check_recipe_overrides(merged.harness.recipe)
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory, or "
@@ -647,16 +652,26 @@ def validate(cfg: DictConfig) -> DictConfig:
     return merged
 
 
-def _check_recipe_overrides(recipe: Any) -> None:
-    """harness.recipe: each key a knob of the recipe (the closest named), each value within its range."""
+def starting_recipe(cfg: DictConfig) -> dict[str, Any]:
+    """The recipe knobs set over the initial harness's recipe.yaml: the policy's own (policy.recipe, only
+    over the task's built-in harness: a harness.initial folder is taken as written), then harness.recipe."""
+    def plain(recipe: Any) -> dict[str, Any]:
+        return dict(OmegaConf.to_container(recipe) if isinstance(recipe, DictConfig) else recipe or {})
+
+    policy = plain(cfg.policy.get("recipe")) if not cfg.harness.initial else {}
+    return policy | plain(cfg.harness.recipe)
+
+
+def _check_recipe_overrides(recipe: Any, where: str = "harness.recipe") -> None:
+    """harness.recipe (policy.recipe): each key a knob of the recipe (the closest named), each value within its range."""
     from evotrainer.contracts.harness import RECIPE_SCHEMA, HarnessError
 
     for key, value in (OmegaConf.to_container(recipe) if isinstance(recipe, DictConfig) else recipe or {}).items():
         if key not in RECIPE_SCHEMA:
-            raise ConfigError(f"config: 'harness.recipe.{key}' is not a recipe knob; allowed: {sorted(RECIPE_SCHEMA)}"
+            raise ConfigError(f"config: '{where}.{key}' is not a recipe knob; allowed: {sorted(RECIPE_SCHEMA)}"
                               + closest_hint(key, RECIPE_SCHEMA))
         try:
-            RECIPE_SCHEMA[key].check(key, value, "config: harness.recipe")
+            RECIPE_SCHEMA[key].check(key, value, f"config: {where}")
         except HarnessError as err:
             raise ConfigError(str(err)) from None
 
@@ -687,7 +702,7 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
     if not (harness / "recipe.yaml").is_file():
         return  # a missing initial harness is the init stage's error
     try:
-        recipe = load_recipe(harness) | OmegaConf.to_container(cfg.harness.recipe)
+        recipe = load_recipe(harness) | starting_recipe(cfg)
         check_multi_turn_for_verl(recipe, load_env(harness), where=str(harness))
     except HarnessError as err:
         raise ConfigError(f"config: trainer=verl with task={cfg.task.name}: {err}") from err

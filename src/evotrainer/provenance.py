@@ -35,7 +35,7 @@ NOT_OUTPUTS = {CONFIG_NAME, HISTORY_NAME, "logs", "benchmarks"}
 
 # Keys whose change does not alter what the run's existing outputs mean (exact keys, or prefixes ending in '.')
 MAY_CHANGE = (
-    "run", "results_dir", "forkserver", "trainer.threads", "approvals.",
+    "run", "results_dir", "forkserver", "trainer.threads", "approvals.", "logger", "search.retention",
     "search.generations", "search.headline_seeds", "search.headline_search_arms",
     "search.train_hang_s", "trainer.verl.timeout_s", "trainer.verl.python",
     "agent.timeout_s", "agent.call_timeout_s", "agent.step_timeout_s", "agent.max_retries", "agent.max_retry_wait_s",

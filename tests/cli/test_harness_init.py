@@ -65,3 +65,39 @@ def test_a_harness_planted_under_the_predictable_temp_name_is_replaced(tmp_path)
     (made / "reward.py").write_text("def compute_score(*a, **k):\n    return 1.0\n")
     again = with_recipe_values(task.default_harness(), {"lr": 3e-4})
     assert again == made and (again / "reward.py").read_bytes() == honest
+
+
+@pytest.mark.fast
+def test_policy_hf_starts_from_the_models_recipe_under_the_command_lines(tmp_path):
+    """policy=hf sets a pretrained model's recipe over the task's built-in harness; harness.recipe wins over
+    it; a harness of the user's own is taken as written (the model's recipe never silently edits it)."""
+    hf = ["policy=hf", "policy.path=/models/any"]
+    task = from_config(compose(hf).task)
+    plain = load_recipe(task.default_harness())
+    assert plain["lr"] == 2e-4  # the tiny policy's recipe
+    assert load_recipe(initial_harness_of(compose(hf), task)) == plain | {"lr": 1e-6, "clip_high": 0.28,
+                                                                           "weight_decay": 0.01}
+    assert load_recipe(initial_harness_of(compose([*hf, "harness.recipe.lr=3e-6"]), task))["lr"] == 3e-6
+    own = tmp_path / "own"
+    assert evotrainer("harness", "init", str(own), cwd=tmp_path).returncode == 0
+    assert load_recipe(initial_harness_of(compose([*hf, f"harness.initial={own}"]), task)) == plain
+    with pytest.raises(ConfigError, match=r"'policy.recipe.lrr' is not a recipe knob.*did you mean 'lr'"):
+        compose([*hf, "policy.recipe.lrr=1e-6"])
+
+
+@pytest.mark.fast
+def test_policy_dtype_is_one_of_the_weight_dtypes_and_loads_them(tmp_path):
+    import torch
+
+    from evotrainer.policy.tiny import load_policy, weights_dtype
+    from tests.hf_fixtures import build_qwen2_dir
+
+    with pytest.raises(ConfigError, match="policy.dtype"):
+        compose(["policy.dtype=bf16"])
+    assert weights_dtype("auto", "cpu", training=False) is torch.float32
+    assert weights_dtype("auto", "cuda", training=True) is torch.float32  # fp32 master weights for training
+    assert weights_dtype("auto", "cuda", training=False) == "auto"  # as the checkpoint stores them
+    assert weights_dtype("bfloat16", "cpu", training=True) is torch.bfloat16
+    model, _ = load_policy(build_qwen2_dir(tmp_path / "m", vocab_size=300), "cpu", weights_dtype("bfloat16", "cpu",
+                                                                                                  training=False))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}

@@ -50,6 +50,14 @@ class Command:
                                     nargs="+" if many else None, **kwargs)
         parser.set_defaults(_entry=self.entry)
 
+    def trailing_positional(self) -> str | None:
+        """The destination of this command's last positional if it takes many (``=name+``), else None."""
+        positionals = [spec for spec in self.options if spec.startswith("=")]
+        if not positionals or "+" not in positionals[-1].partition(">")[0]:
+            return None
+        spec, _, dest = positionals[-1].lstrip("=").partition(">")
+        return dest or spec.partition(":")[0].rstrip("?+").replace("-", "_")
+
 
 # the Snakemake rules' entry points: evotrainer.stages.<module>.<function>
 STAGES: dict[str, Command] = {
@@ -145,7 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     if command is not None and command.passthrough and "--" in argv:  # argparse would mix them into positionals
         cut = argv.index("--")
         argv, passed = argv[:cut], argv[cut + 1:]
-    args = vars(parser().parse_args(argv))
+    top = parser()
+    parsed, extra = top.parse_known_args(argv)
+    args = vars(parsed)
+    trailing = command.trailing_positional() if command is not None else None
+    if extra and trailing and not any(arg.startswith("-") for arg in extra):
+        # positionals after an option (`harness init DIR --task math policy=hf`) belong to the last positional list
+        args[trailing] = [*(args.get(trailing) or []), *extra]
+    elif extra:
+        top.error(f"unrecognized arguments: {' '.join(extra)}")
     for key in ("command", "_stage"):
         args.pop(key, None)
     if passed is not None:

@@ -74,7 +74,24 @@ def save_policy(model, tokenizer, path: str | Path) -> None:
     tokenizer.save_pretrained(path)
 
 
-def load_policy(path: str | Path, device: str = "cpu"):
+# policy.dtype: the dtype weights are loaded in ("auto": see weights_dtype)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def weights_dtype(name: str, device: str | torch.device, *, training: bool) -> torch.dtype | str:
+    """``policy.dtype`` -> what to load weights in. An explicit dtype holds everywhere (training included:
+    the optimizer then updates weights of that dtype). ``auto``: fp32 on a CPU and for training (fp32 master
+    weights; trainer.precision's bf16 autocast lowers the matmuls on CUDA), and for rollout and scoring on
+    CUDA the dtype the checkpoint stores (``"auto"`` to from_pretrained)."""
+    if name == "auto":
+        return torch.float32 if training or torch.device(device).type != "cuda" else "auto"
+    if name not in DTYPES:
+        raise ValueError(f"policy.dtype={name!r}: choose auto, {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def load_policy(path: str | Path, device: str = "cpu", dtype: torch.dtype | str = torch.float32):
+    """(model, tokenizer) of a Hugging Face causal-LM directory, the weights in ``dtype`` (weights_dtype)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
@@ -84,7 +101,7 @@ def load_policy(path: str | Path, device: str = "cpu"):
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:  # many chat tokenizers define none; padding is always masked
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     return model, tokenizer
 
 

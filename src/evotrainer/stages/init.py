@@ -33,14 +33,14 @@ def run(config_path: str, data_dir: str, out_policy: str, out_harness: str, out_
 
 def initial_harness_of(cfg, task) -> Path:
     """The harness the loop and the baseline start from: harness.initial (or the task's default), with the
-    recipe knobs of harness.recipe set in its recipe.yaml (a copy; comments kept), checked."""
-    from omegaconf import OmegaConf
-
+    recipe knobs of policy.recipe (over the task's default only) and harness.recipe set in its recipe.yaml
+    (a copy; comments kept), checked."""
+    from evotrainer.config import starting_recipe
     from evotrainer.tasks.harnesses import with_recipe_values
 
     harness = Path(cfg.harness.initial) if cfg.harness.initial else task.default_harness()
     check_harness(harness)
-    overrides = OmegaConf.to_container(cfg.harness.recipe) if cfg.harness.recipe else {}
+    overrides = starting_recipe(cfg)
     if overrides:
         harness = with_recipe_values(harness, overrides)
         check_harness(harness)
