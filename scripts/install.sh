@@ -8,5 +8,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/pip install --quiet torch==2.13.0
-# EXTRAS: dev (tests), verl (the verl backend and its contract tests), slurm (executor plugin).
-.venv/bin/pip install --quiet -e ".[${EXTRAS:-dev,verl,slurm}]"
+# EXTRAS: dev (tests), verl (the verl backend and its contract tests), slurm (executor plugin), tracking
+# (TensorBoard, wandb and MLflow loggers: docs/tracking.md).
+.venv/bin/pip install --quiet -e ".[${EXTRAS:-dev,verl,slurm,tracking}]"

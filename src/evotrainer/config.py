@@ -25,6 +25,7 @@ from evotrainer.contracts.config_fields import (
     satisfies,
 )
 from evotrainer.plugins import AGENTS, ROLLOUTS, TRAINERS
+from evotrainer.tracking import DEFAULT_LOGGERS, check_loggers
 
 # The conf/ shipped with the package: evotrainer/bundled/ holds the workflow (Snakefile, workflow/, conf/, envs/,
 # profiles/); in a source checkout these are links to the repository root, in a wheel copies. The workflow
@@ -240,6 +241,9 @@ class TrainerConf:
 class RolloutConf:
     name: str = installed("hf", ROLLOUTS)  # evotrainer.plugins: hf, vllm, or an installed plug-in
     split: str = one_of("probe", "probe", "train")  # never val or test: harness code and agents read these rollouts
+    # who generates the evaluator's greedy answers (backtest val, test): rollout = the rollout.name engine where it
+    # can (vllm), hf = the local player in-process (backends.rollouts.evaluation_kind)
+    evaluate_with: str = one_of("rollout", "rollout", "hf")
     eval_batch_size: int = 512
     tensor_parallel_size: int = between(1, 1, 64)  # rollout.name=vllm only
     gpu_memory_utilization: float = between(0.5, 0.05, 0.99)  # rollout.name=vllm only
@@ -392,6 +396,8 @@ class Config:
     # local runs fork every stage job from one process that imported torch/transformers/pandas once
     # (evotrainer.forkserver); false: a fresh interpreter per job. Never on SLURM or under --sdm conda.
     forkserver: bool = True
+    # experiment tracking (evotrainer.tracking, docs/tracking.md): console, jsonl, tensorboard, wandb, mlflow
+    logger: list[str] = field(default_factory=lambda: list(DEFAULT_LOGGERS))
     task: TaskConf = field(default_factory=TaskConf)
     policy: PolicyConf = field(default_factory=PolicyConf)
     trainer: TrainerConf = field(default_factory=TrainerConf)
@@ -620,6 +626,9 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: bad key '{key}': {_one_line(Exception(getattr(err, 'msg', err)))}") from None
     check_fields(Config, merged, "")
     check_task(merged.task)  # the sizes, and the task's own fields against its checks
+    problem = check_loggers(merged.logger)
+    if problem:
+        raise ConfigError(f"config: {problem}")
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")

@@ -31,6 +31,9 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     if cfg.agent.extra_candidates:
         problems += _folder("agent.extra_candidates", cfg.agent.extra_candidates, (), "a folder of *.diff files")
     problems += _agent_key(cfg.agent)
+    from evotrainer.tracking import missing_libraries
+
+    problems += missing_libraries(cfg.logger)  # a logger's library (tensorboard, wandb, mlflow) where jobs run
     python = cfg.trainer.verl.python
     if cfg.trainer.name == "verl" and python and not os.access(Path(python).expanduser(), os.X_OK):
         problems.append(f"trainer.verl.python={python}: not an executable file")

@@ -85,17 +85,6 @@ def test_a_rollout_kind_that_cannot_play_the_task_is_refused_by_name():
         rollouts.check_supported("no_such_engine", agentic)
 
 
-def test_vllm_samples_the_loops_evidence_and_never_scores(cfg, task):
-    """vLLM is for the rollout stage's samples; greedy scores are the local evaluator's (no vLLM needed to see it)."""
-    player = rollouts.player(rollouts.Setting(cfg, task, DEFAULT_HARNESS, None), "vllm", policy_dir="unused")
-    for score in (lambda: player.greedy(pd.DataFrame()), lambda: player.accuracy(pd.DataFrame())):
-        with pytest.raises(rollouts.RolloutError, match="samples the loop's evidence only"):
-            score()
-    on_vllm = compose(["experiment=quick", "rollout=vllm"])  # the loop samples with vLLM; scoring stays local
-    assert isinstance(rollouts.evaluator(rollouts.Setting(on_vllm, task, DEFAULT_HARNESS, None),
-                                         model=object(), tokenizer=object()), rollouts.LocalPlayer)
-
-
 def test_a_registered_player_is_found_by_its_rollout_name(cfg, task, splits):
     class Scripted:
         """Answers every prompt with its ground truth (a stand-in engine from a plug-in package)."""

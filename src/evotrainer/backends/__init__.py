@@ -40,6 +40,9 @@ class TrainJob:
     seed_index: int = 0
     budget_unit: str = "steps"  # or "responses" / "tokens": train until ``budget`` of them are sampled
     budget: int = 0
+    # where and under which tags the trainer logs its per-step metrics (evotrainer.tracking.Spec.as_dict(): the
+    # run's loggers, results/<run>/tracking, run/generation/candidate/arm/seed); None: no tracking
+    tracking: dict | None = None
 
     def to_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

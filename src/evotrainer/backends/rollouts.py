@@ -24,8 +24,18 @@ for a task that it cannot play is a clear error. Built in:
 - ``vllm``: vLLM's offline engine (backends.vllm_rollout), single-turn only (verl plays episodes in its
   own agent loop, docs/environments.md).
 
-The evaluator (``evaluator``) is always the local ``hf`` player: every arm is scored by the same trusted
-code, whichever engine sampled the loop's evidence.
+The evaluator (``evaluator``: backtest val and exit rollouts, the final test, the init stage's SFT val) is
+chosen by ``rollout.evaluate_with``:
+
+- ``rollout`` (default): the player ``rollout.name`` names where it declares ``evaluates`` (vllm does: its
+  greedy is ``temperature=0, n=1, max_tokens=max_response_len``), else the local ``hf`` player. Whatever
+  generates, the answers are verified by the task's ``verify`` in this process and scored by the harness
+  reward through the one scoring kernel (evotrainer.scoring): the trusted part is the same code for every
+  arm, only the engine that generates differs. Stays local: a policy in memory (the init stage's warm
+  start scores the model it is training) and multi-turn tasks (the local episode player: vLLM plays single
+  responses only);
+- ``hf``: always the local player (the escape hatch: e.g. val/test scores comparable with an earlier run
+  that scored in torch).
 """
 
 from __future__ import annotations
@@ -96,9 +106,10 @@ class _TorchPlayer:
         self.s, self.recipe = setting, setting.recipe
         self.device = runtime.setup_torch(setting.threads, setting.cfg.trainer.device)
         if model is None:
-            from evotrainer.policy.tiny import load_policy
+            from evotrainer.policy.tiny import load_policy, weights_dtype
 
-            model, tokenizer = load_policy(policy_dir, self.device)
+            dtype = weights_dtype(str(getattr(setting.cfg.policy, "dtype", "auto")), self.device, training=False)
+            model, tokenizer = load_policy(policy_dir, self.device, dtype)
             model.eval()
         self.model, self.tokenizer = model, tokenizer
 
@@ -183,32 +194,59 @@ hf.supports = frozenset({"single_turn", "multi_turn"})
 
 
 class VllmPlayer:
-    """vLLM's offline engine (backends.vllm_rollout), for the rollout stage's sampling only (a fresh engine per
-    call, so the GPU is free between them); evaluation is the evaluator's, never vLLM's."""
+    """vLLM's offline engine (backends.vllm_rollout) on a saved policy: the rollout stage's samples and, as
+    the evaluator (``evaluates``), greedy val/test answers and a backtest's exit rollouts. One engine per
+    player, started on its first call and reused by the next (a backtest's val answers and exit rollouts);
+    the GPU is free again when the stage's process ends. Answers are verified by the task and scored by the
+    harness reward in this process (vllm_rollout.evidence_rows), exactly as the local player's are."""
 
     supports = frozenset({"single_turn"})
+    evaluates = True  # its greedy may be the evaluator's (rollout.evaluate_with=rollout)
 
     def __init__(self, setting: Setting, policy_dir=None, model=None, tokenizer=None):
         if policy_dir is None:
             raise RolloutError("rollout=vllm plays a saved policy directory, not a model in memory")
         self.s, self.recipe, self.policy_dir = setting, setting.recipe, str(policy_dir)
+        self._engine = None
+
+    def engine(self, seed: int):
+        """The player's vLLM engine (started on first use with ``seed``; later calls seed their requests)."""
+        if self._engine is None:
+            from evotrainer.backends import vllm_rollout
+
+            rollout = self.s.cfg.rollout
+            self._engine = vllm_rollout.Engine(
+                self.policy_dir, seed=seed, tensor_parallel_size=rollout.tensor_parallel_size,
+                gpu_memory_utilization=rollout.gpu_memory_utilization,
+                dtype=str(getattr(self.s.cfg.policy, "dtype", "auto")))
+        return self._engine
 
     def sample(self, prompts, *, group_size, sampling_seed, **ids):
         from evotrainer.backends import vllm_rollout
 
-        recipe, rollout = dict(self.recipe, group_size=group_size), self.s.cfg.rollout
-        outputs = vllm_rollout.sample(self.policy_dir, prompts, recipe, seed=sampling_seed,
-                                      tensor_parallel_size=rollout.tensor_parallel_size,
-                                      gpu_memory_utilization=rollout.gpu_memory_utilization)
+        recipe = dict(self.recipe, group_size=group_size)
+        outputs = self.engine(sampling_seed).generate(prompts, recipe, seed=sampling_seed)
         return Rollouts(vllm_rollout.evidence_rows(outputs, prompts, recipe=recipe, reward=self.s.reward,
                                                    task=self.s.task, **ids))
 
+    def _greedy_outputs(self, prompts):
+        return self.engine(int(self.s.cfg.seed)).generate(prompts, self.recipe, greedy=True)
+
     def greedy(self, prompts, **ids):
-        raise RolloutError("rollout=vllm samples the loop's evidence only; scores come from the local evaluator "
-                           "(backends.rollouts.evaluator), the same trusted code for every arm")
+        from evotrainer.backends import vllm_rollout
+
+        return Rollouts(vllm_rollout.evidence_rows(self._greedy_outputs(prompts), prompts, recipe=self.recipe,
+                                                   reward=self.s.reward, task=self.s.task, greedy=True, **ids))
 
     def accuracy(self, prompts):
-        return self.greedy(prompts)
+        from evotrainer.backends import vllm_rollout
+
+        if not len(prompts):
+            return 0.0
+        frame = vllm_rollout.evidence_rows(self._greedy_outputs(prompts), prompts, recipe=self.recipe, reward=None,
+                                           task=self.s.task, greedy=True, run="", generation=0, split="val", step=0,
+                                           policy_id="", harness_id="", seed=0)
+        return float(frame["correct"].mean())
 
 
 def check_supported(kind: str, task: Task | type) -> None:
@@ -233,7 +271,29 @@ def sampler(setting: Setting, policy_dir: str | Path) -> Player:
     return player(setting, setting.cfg.rollout.name, policy_dir=policy_dir)
 
 
+EVALUATE_WITH = ("rollout", "hf")  # rollout.evaluate_with
+
+
+def evaluation_kind(setting: Setting, *, in_memory: bool = False) -> str:
+    """The rollout kind that plays the evaluator (see the module's docstring): ``rollout.name`` where
+    ``rollout.evaluate_with=rollout`` and that player ``evaluates`` a saved policy of this task, else hf."""
+    rollout = setting.cfg.rollout
+    evaluate_with = str(getattr(rollout, "evaluate_with", "rollout"))
+    if evaluate_with not in EVALUATE_WITH:
+        raise RolloutError(f"rollout.evaluate_with={evaluate_with}: choose one of {list(EVALUATE_WITH)}")
+    kind = str(rollout.name)
+    if evaluate_with == "hf" or kind == "hf" or in_memory:
+        return "hf"
+    if not getattr(ROLLOUTS.resolve(kind), "evaluates", False):
+        return "hf"  # a player that does not declare it: the local one scores (as before evaluate_with)
+    needs = "multi_turn" if "multi_turn" in setting.task.supports else "single_turn"
+    if needs not in (ROLLOUTS.supports_of(kind) or frozenset({"single_turn"})):
+        return "hf"  # multi-turn: the local episode player (vLLM plays single responses only)
+    return kind
+
+
 def evaluator(setting: Setting, *, policy_dir=None, model=None, tokenizer=None) -> Player:
-    """Scores of a policy (init, backtest, evaluate): always the local player, the same trusted code for
-    every arm."""
-    return player(setting, "hf", policy_dir=policy_dir, model=model, tokenizer=tokenizer)
+    """Scores of a policy (init, backtest, evaluate): the player ``evaluation_kind`` names; whichever engine
+    generates, the task's verify and the harness reward score the answers in this process."""
+    kind = evaluation_kind(setting, in_memory=model is not None)
+    return player(setting, kind, policy_dir=policy_dir, model=model, tokenizer=tokenizer)

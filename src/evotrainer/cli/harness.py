@@ -34,5 +34,6 @@ def harness(action: str, directory: str, overrides: list[str] | None = None, tas
     for name in written:
         shutil.copyfile(source / name, target / name)
     print(f"wrote the starting harness of task={cfg.task.name} into {target}: {', '.join(written)}\n"
-          f"edit it, then run with --config task={cfg.task.name} harness__initial={target.resolve()}")
+          f"edit it, then run with: evotrainer run task={cfg.task.name} harness.initial={target.resolve()} ...\n"
+          f"  (or snakemake --config task={cfg.task.name} harness__initial={target.resolve()} ...)")
     return 0

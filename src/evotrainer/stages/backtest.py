@@ -29,6 +29,10 @@ bound of the control, the baseline and a candidate whose control has no record y
 ``backtest_over_budget`` (the training child is killed at the wall-clock deadline; CPU and responses are
 checked from what each seed's training recorded). The reward worker's scratch may hold at most ``disk_mb``
 (measured after every batch, in training and evaluation) -> ``sandbox_disk``.
+
+Experiment tracking (evotrainer.tracking, docs/tracking.md): the training child logs each step's train-log row
+and this stage the val scores after training, tagged run, generation, candidate and arm (``tracking_spec``); a
+logger whose library is missing fails the job at its start, before anything trains.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from evotrainer import runtime, supervisor
+from evotrainer import runtime, supervisor, tracking
 from evotrainer.atomic import copy_tree, read_json, write_json, write_parquet
 from evotrainer.backends import TrainJob
 from evotrainer.contracts import evidence
@@ -98,6 +102,9 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     out.mkdir(parents=True, exist_ok=True)
     proposal = read_json(Path(candidate_dir) / "proposal.json") if candidate_dir else {"candidate_id": "baseline"}
     base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"], "steps": steps}
+    track = tracking_spec(cfg, out, generation, proposal["candidate_id"], candidate_dir, split_name)
+    tracking.require(track.loggers)  # a missing library: one line, before anything trains
+    track.clear()  # this backtest run again replaces its curves
 
     def failed(label: str, error: str, **extra) -> None:
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": label, "error": error} | extra)
@@ -151,6 +158,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
                            data_dir=str(data_dir), evidence=evidence_path, out=str(seed_out), generation=generation,
                            steps=steps, threads=threads, restarts=restarts,
                            seed_index=seed_index + int(proposal.get("seed_offset") or 0) * seeds,
+                           tracking=track.with_tags(stage="train", split="train", seed=seed_index).as_dict(),
                            **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps)))
             usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork, cfg=cfg,
                               deadline_s=max(0.0, budget.wall_s - (time.monotonic() - started)))
@@ -176,8 +184,30 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         "compute": {key: sum(m["compute"][key] for m in per_seed) for key in per_seed[0]["compute"]},
         "budget": budget.as_dict(),
     }
+    with tracking.Tracker(track) as tracker:
+        tracker.log({f"{split_name}/accuracy": metrics[f"{split_name}_accuracy"],
+                     f"{split_name}/reward_mean": sum(m[f"{split_name}_reward_mean"] for m in per_seed) / seeds}, step=steps)
     write_json(out / "metrics.json", base | {"status": "ok", "failure_label": None, "error": None} | metrics)
     return None
+
+
+def tracking_spec(cfg, out: Path, generation: int, candidate: str, candidate_dir: str | None,
+                  split_name: str = "val") -> tracking.Spec:
+    """Where and under which tags this backtest tracks: its run's tracking folder, the run's loggers, and the
+    tags run, generation, candidate and arm. The arm: a fixed-recipe arm's folder names it (``baseline``,
+    ``baseline_matched``); the loop's backtests are ``evolved``, or the baseline agent's name in a headline search
+    arm's run (``search_control``, ``random``: tracking.loop_arm)."""
+    try:
+        where = RunLayout.parse(Path(out).resolve())
+    except ValueError:  # a backtest run by hand outside a run's layout
+        where = None
+    if where is not None and "arm" in where.fields:
+        arm = where.fields["arm"]
+    else:
+        arm = "baseline" if candidate_dir is None else tracking.loop_arm(cfg.agent.name)
+    tags = {"run": cfg.run, "generation": generation, "candidate": candidate, "arm": arm, "stage": "backtest",
+            "split": split_name}
+    return tracking.Spec(str(tracking.directory(out)), tracking.loggers(cfg), tags)
 
 
 def curriculum_inputs(data_dir: str | Path, evidence_path: str | None):

@@ -1,6 +1,14 @@
 """Stage `select`: compare every backtest with the generation's `control` on val, promote the best
 that beats it by more than ``search.min_gain`` (else keep the control), and record every candidate
-in the run's lineage. `promote` then copies the winner into gen<g+1>/ as the next starting point."""
+in the run's lineage. `promote` then copies the winner into gen<g+1>/ as the next starting point.
+
+Retention (``search.retention``; docs/retention.md): ``all`` (default) keeps every backtest's trained policy;
+``needed`` deletes, once the selection is written, the policies no later stage reads: every candidate's but
+the promoted one's (which `promote` copies), and every extra training seed's (``seed<s>/policy``; promote
+copies seed 0's). Each deleted folder leaves ``policy.deleted.json`` beside it, and the generation's
+``retention.json`` (beside selection.json) lists what was freed and kept, with the bytes. The policy folders
+are not outputs of the backtest rule (its output is metrics.json), so Snakemake plans no rerun for them.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,10 @@ from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.harness import harness_id
 from evotrainer.layout import TrainingRunLayout
 from evotrainer.stages.common import config, task_of
+
+RETENTION = ("all", "needed")  # search.retention
+RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
+DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy/ folder
 
 
 def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: str, out: str, out_lineage: str,
@@ -114,6 +126,74 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
         "candidates": [{k: r[k] for k in ("candidate_id", "intervention", "val_accuracy", "delta_vs_control",
                                           "verdict", "failure_label")} for r in rows],
     })
+    retain(cfg, backtest_dir, promoted, generation, record=Path(out).with_name(RETENTION_RECORD),
+           seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids})
+
+
+def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, record: str | Path,
+           seeds: dict[str, int] | None = None) -> dict | None:
+    """``seeds``: candidate id -> its training seeds (the candidates: the keys, else every folder under
+    ``backtest_dir``); at least ``search.seeds`` each."""
+    """``search.retention=needed``: delete the trained policies of this generation's backtests that no later
+    stage reads (see the module's docstring) and write ``record``; ``all``: nothing (None). Never fails the
+    selection: a folder that cannot be removed is reported in the record and left."""
+    mode = str(getattr(cfg.search, "retention", "all"))
+    if mode not in RETENTION:
+        raise ValueError(f"search.retention={mode}: choose one of {list(RETENTION)}")
+    if mode == "all":
+        return None
+    from evotrainer.sandbox.scratch import remove_tree, tree_bytes
+
+    reason_other = f"not promoted in generation {generation} (promoted: {promoted}); no later stage reads it"
+    reason_seed = "an extra training seed's policy: promote copies seed 0's, no later stage reads this one"
+    deleted, kept, failed = [], [], []
+    root = Path(backtest_dir)
+    if seeds is None:
+        seeds = {p.name: 1 for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")} if root.is_dir() else {}
+    for cid in sorted(seeds):
+        folder = root / cid
+        for s in range(max(int(seeds.get(cid, 1)), int(cfg.search.seeds))):
+            run_dir = TrainingRunLayout(folder).seed(s)
+            policy = run_dir.policy
+            where = str(policy.relative_to(root))
+            if cid == promoted and s == 0:
+                if policy.exists():
+                    kept.append({"path": where, "bytes": _bytes(tree_bytes(policy)),
+                                 "reason": f"promoted: promote copies it into generation {generation + 1}"})
+                continue
+            marker = policy.with_name(DELETED_MARKER)
+            if not policy.exists():
+                if marker.is_file():  # deleted by an earlier run of this selection
+                    try:
+                        deleted.append(dict(read_json(marker)) | {"path": where})
+                    except (OSError, ValueError, TypeError):
+                        deleted.append({"path": where, "bytes": None, "reason": f"deleted earlier ({marker.name})"})
+                continue
+            size = _bytes(tree_bytes(policy))
+            remove_tree(policy)
+            entry = {"path": where, "bytes": size, "reason": reason_other if s == 0 else reason_seed,
+                     "deleted_by": "search.retention=needed", "generation": generation, "at": time.time()}
+            if policy.exists():
+                failed.append(entry | {"reason": "could not be removed (see the select log)"})
+                continue
+            write_json(marker, entry)
+            deleted.append(entry)
+    summary = {
+        "retention": mode, "generation": generation, "promoted": promoted,
+        "freed_bytes": sum(e.get("bytes") or 0 for e in deleted),
+        "deleted": deleted, "kept": kept, "failed": failed,
+        "note": ("kept as well: every generation's starting policy (gen<g>/policy) and harness, the baseline "
+                 "arms' policies, and every backtest's harness, metrics, logs and evidence"),
+    }
+    write_json(record, summary)
+    print(f"select: retention=needed freed {summary['freed_bytes'] / 2**20:.1f} MiB in {len(deleted)} policy "
+          f"folder(s); kept {[k['path'] for k in kept]}" + (f"; could not remove {len(failed)}" if failed else ""))
+    return summary
+
+
+def _bytes(measured: float) -> int | None:
+    """Bytes on disk (tree_bytes), None where the folder was too large to count."""
+    return None if measured == float("inf") else int(measured)
 
 
 def _val_correct(backtest: Path, seeds: int) -> pd.Series:

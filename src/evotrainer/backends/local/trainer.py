@@ -1,7 +1,9 @@
 """The local trainer backend: GRPO in this process from the parent policy, restart chunks as the
 protocol asks, the trained policy saved to ``out/policy``. Multi-turn tasks train with the masked
 multi-turn GRPO of ``multiturn.py`` under the harness's env.yaml. Trusted code only: the reward arrives as an
-object (the sandboxed worker), the curriculum as weights computed in the sandbox."""
+object (the sandboxed worker), the curriculum as weights computed in the sandbox. Each optimizer step's train-log
+row goes to the job's tracker (``job.tracking``, evotrainer.tracking) as ``train/<column>`` at the train log's
+step (restart chunks continue the count)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evotrainer import runtime
+from evotrainer import runtime, tracking
 from evotrainer.atomic import atomic_dir, write_json
 from evotrainer.backends import TrainJob
 from evotrainer.config import load as load_config
@@ -24,11 +26,11 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
     cfg = load_config(job.config) if cfg is None else cfg  # the stage passes the config it loaded
     device = runtime.setup_torch(job.threads, cfg.trainer.device)
     from evotrainer.backends.local.grpo import train as grpo_train
-    from evotrainer.policy.tiny import load_policy, save_policy
+    from evotrainer.policy.tiny import load_policy, save_policy, weights_dtype
 
     recipe = load_recipe(job.harness)
     pool = pd.read_parquet(Path(job.data_dir) / "train.parquet")
-    model, tokenizer = load_policy(job.parent_policy, device)
+    model, tokenizer = load_policy(job.parent_policy, device, weights_dtype(cfg.policy.dtype, device, training=True))
     if job.steps % job.restarts:
         raise ValueError(f"steps ({job.steps}) must divide evenly into {job.restarts} restarts")
     # multi-turn tasks (agentic): GRPO over whole episodes, with the harness's env.yaml knobs
@@ -46,20 +48,26 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
     heartbeat = out / "progress.json"  # the supervising stage reads it to tell a hang from slow progress
     chunk_steps = job.steps // job.restarts
     logs = []
-    for chunk in range(job.restarts):
-        def beat(row: dict, chunk: int = chunk) -> None:
-            write_json(heartbeat, {"step": int(row["step"]) + chunk * chunk_steps, "steps": job.steps, "time": time.time()})
+    with tracking.Tracker(job.tracking) as tracker:
+        for chunk in range(job.restarts):
+            # the train log's step: chunks continue the count (by steps, or by the rows logged before a budget chunk)
+            offset = chunk * chunk_steps if job.budget_unit == "steps" else sum(len(log) for log in logs)
 
-        if multi_turn:
-            chunk_log = multiturn_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
-                                        env_knobs=env_knobs, weights=weights, on_step=beat, env_workers=job.threads,
-                                        max_context=int(model.config.max_position_embeddings))
-        else:
-            chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps, seed=seed + chunk,
-                                   weights=weights, precision=cfg.trainer.precision, on_step=beat,
-                                   budget_unit=job.budget_unit, budget=job.budget // job.restarts)
-        done = sum(len(log) for log in logs)
-        logs.append(chunk_log.assign(step=chunk_log["step"] + (chunk * chunk_steps if job.budget_unit == "steps" else done)))
+            def beat(row: dict, chunk: int = chunk, offset: int = offset) -> None:
+                write_json(heartbeat, {"step": int(row["step"]) + chunk * chunk_steps, "steps": job.steps,
+                                       "time": time.time()})
+                tracker.log({f"train/{key}": value for key, value in row.items() if key != "step"},
+                            step=int(row["step"]) + offset)
+
+            if multi_turn:
+                chunk_log = multiturn_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps,
+                                            seed=seed + chunk, env_knobs=env_knobs, weights=weights, on_step=beat,
+                                            env_workers=job.threads, max_context=int(model.config.max_position_embeddings))
+            else:
+                chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps,
+                                       seed=seed + chunk, weights=weights, precision=cfg.trainer.precision, on_step=beat,
+                                       budget_unit=job.budget_unit, budget=job.budget // job.restarts)
+            logs.append(chunk_log.assign(step=chunk_log["step"] + offset))
     model.eval()
     with atomic_dir(out / "policy") as tmp:
         save_policy(model.cpu(), tokenizer, tmp)

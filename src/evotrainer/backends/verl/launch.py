@@ -16,12 +16,21 @@ A multi-turn task (``tasks.is_multi_turn``, task=agentic) trains through evotrai
 the agent-loop yaml (``agent_loop.yaml``, the harness's env.yaml knobs and the per-turn token cap) is
 written beside the chunk's parquet files and the overrides select it (overrides.AgentLoopJob). What verl
 cannot do for episodes (env.yaml's episode_filter, an overlong buffer) is refused before anything runs.
+
+Retention (``search.retention=needed``, docs/retention.md): every chunk starts from the merged policy of the
+one before (``resume_mode=disable``: nothing ever resumes from a checkpoint), so once a chunk's checkpoint is
+merged its state files go: the FSDP shards of the model and the optimizer state
+(``{model,optim,extra_state}_world_size_<W>_rank_<R>.pt``), the dataloader state (``data.pt``) and any full
+weights under ``huggingface/``; the small files (``fsdp_config.json``, the config and tokenizer) stay. A
+chunk's model copy and the merged policy it started from go once it is merged, the last merged policy once it
+is copied to ``policy/``. ``verl/retention.json`` lists every deleted path with its bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -52,6 +61,20 @@ from evotrainer.layout import generation_dir
 
 RAY_ON_SLURM = Path(__file__).with_name("ray_on_slurm.sh")
 POLL_S = 5.0  # how often a running verl command is checked (timeout, heartbeat)
+
+# verl's FSDP checkpoint (verl.utils.checkpoint.fsdp_checkpoint_manager.save_checkpoint, and the trainer's
+# _save_checkpoint): <default_local_dir>/global_step_<N>/actor/ holds one model shard, one optimizer shard and
+# one extra state (lr scheduler, rng) per rank, fsdp_config.json and huggingface/ (config and tokenizer; full
+# weights only where checkpoint.save_contents asks for hf_model); global_step_<N>/data.pt is the dataloader's
+# state; <default_local_dir>/latest_checkpointed_iteration.txt names the last step.
+CHECKPOINT_STATE = {  # verl's file name -> what it holds
+    re.compile(r"optim_world_size_\d+_rank_\d+\.pt"): "optimizer state",
+    re.compile(r"model_world_size_\d+_rank_\d+\.pt"): "model shard",
+    re.compile(r"extra_state_world_size_\d+_rank_\d+\.pt"): "lr scheduler and rng state",
+    re.compile(r"data\.pt"): "dataloader state",
+}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")  # any other weights file in a checkpoint
+RETENTION_RECORD = "retention.json"  # in job.out/verl/
 
 
 class VerlRunError(RuntimeError):
@@ -118,6 +141,48 @@ def _run(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, str], 
         raise VerlRunError(f"verl exited with {outcome.returncode}; see {log_path}. Last lines:\n" + "\n".join(tail))
 
 
+def prune_checkpoint(checkpoints: Path, root: Path) -> list[dict]:
+    """Delete the state files of a merged verl checkpoint folder (CHECKPOINT_STATE, weights files), keeping
+    its small files; one entry per deleted file (path relative to ``root``, bytes on disk, what it held)."""
+    freed = []
+    for path in sorted(checkpoints.rglob("*")) if checkpoints.is_dir() else []:
+        if path.is_symlink() or not path.is_file():
+            continue
+        kind = next((what for name, what in CHECKPOINT_STATE.items() if name.fullmatch(path.name)), None)
+        if kind is None and path.suffix in WEIGHT_SUFFIXES:
+            kind = "weights"
+        if kind is None:
+            continue
+        entry = {"path": str(path.relative_to(root)), "holds": kind,
+                 "reason": "merged into a Hugging Face policy; no chunk resumes from a checkpoint"}
+        try:
+            entry["bytes"] = path.stat().st_blocks * 512
+            path.unlink()
+        except OSError as err:  # retention never fails the training: the file stays, said in the record
+            entry |= {"bytes": 0, "reason": f"could not be deleted ({err}); left in place"}
+        freed.append(entry)
+    return freed
+
+
+def drop_folder(folder: Path, root: Path, reason: str) -> list[dict]:
+    """Delete ``folder`` (a model copy or merged policy of this backtest's own verl folder ``root``); never a
+    path outside ``root`` (the parent policy)."""
+    from evotrainer.sandbox.scratch import remove_tree, tree_bytes
+
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir() or not folder.resolve().is_relative_to(Path(root).resolve()):
+        return []
+    size = tree_bytes(folder)
+    remove_tree(folder)
+    return [{"path": str(folder.relative_to(root)), "bytes": None if size == float("inf") else int(size),
+             "holds": "policy weights", "reason": reason}]
+
+
+def _write_retention(work: Path, freed: list[dict], kept: str) -> None:
+    write_json(work / RETENTION_RECORD, {"retention": "needed", "freed_bytes": sum(e["bytes"] or 0 for e in freed),
+                                         "deleted": freed, "kept": kept})
+
+
 def reward_shim(cfg, harness_dir: str | Path, task: Task) -> RewardShim:
     """The reward shim's settings: this harness, the run's task (name and options), its sandbox settings."""
     from evotrainer.tasks import options_from_config
@@ -164,9 +229,11 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None, cfg=
     val_file = verl_data.export_split(val, "val", work / "val.parquet", task.name)
     shim = reward_shim(cfg, harness, task)
     policy, logs = Path(job.parent_policy), []
+    needed, freed = str(getattr(cfg.search, "retention", "all")) == "needed", []
     chunk_steps = job.steps // job.restarts
     for chunk in range(job.restarts):
         chunk_dir = work / f"chunk{chunk}"
+        start = policy  # the parent policy, or the previous chunk's merged one
         model_dir = verl_data.prepare_model_dir(policy, chunk_dir / "model")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         train_rows = curriculum_pool(pool, weights, rows=chunk_steps * recipe["prompts_per_step"], seed=seed + chunk)
@@ -187,6 +254,7 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None, cfg=
             rollout_engine=vc.rollout_engine, tensor_parallel_size=vc.tensor_parallel_size,
             micro_batch_size_per_gpu=vc.micro_batch_size_per_gpu, gpu_memory_utilization=vc.gpu_memory_utilization,
             clip_ratio_c=vc.clip_ratio_c, extra=tuple(vc.overrides), agent_loop=loop,
+            tracking=job.tracking, chunk=chunk,
         )
         overrides = build_overrides(recipe, verl_job)
         preflight(overrides, loop)
@@ -208,5 +276,13 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None, cfg=
                                      tokenizer=tokenizer, group_size=recipe["group_size"],
                                      max_response_len=recipe["max_response_len"], ppo_epochs=recipe["ppo_epochs"])
         logs.append(log.assign(step=log["step"] + chunk * chunk_steps))
+        if needed:  # search.retention=needed: what the next chunk and the backtest no longer read
+            freed += prune_checkpoint(chunk_dir / "checkpoints", work)
+            for stale in dict.fromkeys((model_dir, start)):  # the parent policy is outside `work`: never
+                freed += drop_folder(stale, work, f"chunk {chunk} is trained and merged; nothing reads its start")
+            _write_retention(work, freed, kept=f"{policy.relative_to(work)} (the next chunk's start)")
     copy_tree(policy, out / "policy")
+    if needed:
+        freed += drop_folder(policy, work, "copied to the backtest's policy/")
+        _write_retention(work, freed, kept="../policy/ (the trained policy)")
     return pd.concat(logs, ignore_index=True)

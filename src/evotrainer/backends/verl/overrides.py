@@ -18,6 +18,13 @@ the loop's keyword arguments: the harness's env.yaml knobs (ENV_TO_VERL says whe
 verl has no counterpart for is refused unless off, ``check_multi_turn_for_verl``) and the per-turn token
 cap. A "response" of the recipe is one turn there: max_response_len caps each turn, and verl's
 ``data.max_response_length`` becomes the episode's token budget (``episode_budget``).
+
+Experiment tracking (evotrainer.tracking, docs/tracking.md): the run's ``logger`` list goes to verl's
+``trainer.logger`` by verl's names (jsonl is verl's ``file`` logger, which is always on: evotrainer parses it),
+and verl's loggers write where evotrainer's own do, under ``results/<run>/tracking/``: ``TENSORBOARD_DIR``,
+``MLFLOW_TRACKING_URI`` (the local file store), ``WANDB_MODE=offline`` and ``WANDB_DIR``, set in the Ray
+runtime environment of the process that trains (``tracking_overrides``). ``preflight`` refuses a
+``trainer.logger`` without ``file`` (a ``trainer.verl.overrides`` entry that replaced the list).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from evotrainer import tracking
 from evotrainer.contracts.harness import ENV_SCHEMA, RECIPE_SCHEMA, HarnessError, check_recipe
 from evotrainer.contracts.verl_multi_turn import (
     AGENT,
@@ -53,6 +61,10 @@ LOSS_AGG = {"token-mean": "token-mean", "seq-mean-token-mean": "seq-mean-token-m
 ADV_ESTIMATORS = ("grpo",)  # the local trainer is GRPO; verl would accept any string here (measured)
 KL_LOSS_TYPE = "low_var_kl"  # verl's k3 estimator (clamped to [-10, 10]), as the local trainer's KL
 GRAD_CLIP_OFF = 1e9  # recipe grad_clip 0 = off; verl always clips, and clip_grad=0 would zero every update
+RAY_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"  # environment of the Ray actor that trains (and logs)
+# evotrainer's logger -> verl's (verl.utils.tracking.Tracking.supported_backend); jsonl is verl's file logger
+VERL_LOGGERS = {"console": "console", "jsonl": "file", "tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+FILE_LOGGER = "file"  # verl's per-step metrics.jsonl, which evotrainer parses (metrics.train_log): always on
 
 # recipe key -> the verl keys it sets (documentation and the no-silent-drop test)
 RECIPE_TO_VERL: dict[str, tuple[str, ...]] = {
@@ -129,6 +141,8 @@ class VerlJob:
     clip_ratio_c: float = 3.0
     extra: tuple[str, ...] = field(default_factory=tuple)
     agent_loop: AgentLoopJob | None = None  # set for a multi-turn task
+    tracking: dict[str, Any] | None = None  # the training job's tracking (TrainJob.tracking); None: console + file
+    chunk: int = 0  # the restart chunk this run trains (verl counts its steps from 1 again in each)
 
 
 @dataclass(frozen=True)
@@ -305,18 +319,45 @@ def job_overrides(job: VerlJob, prompts_per_step: int) -> list[str]:
         ("trainer.test_freq", -1),  # no validation pass: the backtest stage evaluates the saved policy
         ("trainer.val_before_train", False),
         ("trainer.resume_mode", "disable"),  # every backtest starts from the parent policy
-        ("trainer.logger", ["console", "file"]),
-        ("trainer.project_name", "evotrainer"),
-        ("trainer.experiment_name", job.experiment_name),
+        *tracking_overrides(job),
         ("trainer.default_local_dir", str(out / "checkpoints")),
         ("trainer.rollout_data_dir", str(out / "train_generations")),
         ("trainer.device", job.device),
         ("trainer.nnodes", job.nnodes),
         ("trainer.n_gpus_per_node", job.n_gpus_per_node),
         # verl's file logger reads its path from the environment of the Ray actor that trains
-        ("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", str(out / "metrics.jsonl")),
+        (f"{RAY_ENV}.VERL_FILE_LOGGER_PATH", str(out / "metrics.jsonl")),
     ]
     return [f"{key}={_value(value)}" for key, value in pairs]
+
+
+def verl_loggers(loggers: tuple[str, ...] | list[str]) -> list[str]:
+    """verl's ``trainer.logger`` for evotrainer's loggers: the same ones by verl's names, ``file`` always."""
+    names = [VERL_LOGGERS[name] for name in loggers]
+    return list(dict.fromkeys([*names, FILE_LOGGER] if FILE_LOGGER not in names else names))
+
+
+def tracking_overrides(job: VerlJob) -> list[tuple[str, Any]]:
+    """verl's loggers, its project (the run) and experiment (the job: arm, generation, candidate, seed, chunk), and
+    where each logger writes: the job's folders under results/<run>/tracking (evotrainer.tracking)."""
+    spec = tracking.Spec.of(job.tracking)
+    if spec is None:
+        return [("trainer.logger", ["console", FILE_LOGGER]), ("trainer.project_name", "evotrainer"),
+                ("trainer.experiment_name", job.experiment_name)]
+    spec = spec.with_tags(stage="train")
+    chunk = (f"chunk{job.chunk}",) if job.chunk else ()  # a restart's curve beside the first one's, not over it
+    tensorboard = spec.folder("tensorboard").joinpath(*chunk)
+    wandb_dir = spec.folder("wandb").joinpath(spec.stage, *chunk)
+    return [
+        ("trainer.logger", verl_loggers(spec.loggers)),
+        ("trainer.project_name", str(spec.tags.get("run") or "evotrainer")),
+        ("trainer.experiment_name", "-".join((*spec.parts, *chunk))),
+        (f"{RAY_ENV}.TENSORBOARD_DIR", str(Path(tensorboard).resolve())),
+        (f"{RAY_ENV}.MLFLOW_TRACKING_URI", tracking.mlflow_uri(spec.root)),
+        (f"{RAY_ENV}.MLFLOW_ALLOW_FILE_STORE", "true"),  # MLflow 3 refuses a file store without it
+        (f"{RAY_ENV}.WANDB_MODE", "offline"),
+        (f"{RAY_ENV}.WANDB_DIR", str(Path(wandb_dir).resolve())),
+    ]
 
 
 def build_overrides(recipe: dict[str, Any], job: VerlJob, where: str = "recipe.yaml") -> list[str]:
@@ -369,6 +410,10 @@ def preflight(overrides: list[str], agent_loop: AgentLoopJob | None = None):
     for key, value in checks.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"verl override {key}={value!r}: must be a number (verl would accept it and fail mid-run)")
+    if FILE_LOGGER not in list(cfg.trainer.logger):
+        raise ValueError(f"verl override trainer.logger={list(cfg.trainer.logger)}: evotrainer reads verl's "
+                         f"'{FILE_LOGGER}' logger; choose loggers with the run's logger=[...] (docs/tracking.md) and "
+                         "remove trainer.logger from trainer.verl.overrides")
     if cfg.algorithm.adv_estimator not in ADV_ESTIMATORS:
         raise ValueError(f"verl override algorithm.adv_estimator={cfg.algorithm.adv_estimator!r}: the harness recipe is "
                          f"GRPO; allowed: {list(ADV_ESTIMATORS)}")
