@@ -43,3 +43,19 @@ def test_an_override_that_drops_verls_file_logger_is_refused(tmp_path):
     overrides = build_overrides(load_recipe(DEFAULT_HARNESS), _job(tmp_path, extra=("trainer.logger=[console,wandb]",)))
     with pytest.raises(ValueError, match=r"trainer.logger=\['console', 'wandb'\].*'file' logger.*logger=\[\.\.\.\]"):
         preflight(overrides)
+
+
+@pytest.mark.parametrize(("dtype", "model_dtype", "rollout_dtype"), [
+    ("auto", "fp32", "bfloat16"),  # verl's own defaults, untouched
+    ("bfloat16", "bf16", "bfloat16"),
+    ("float16", "fp16", "float16"),
+    ("float32", "fp32", "float32"),
+])
+def test_policy_dtype_reaches_verls_actor_and_rollout(tmp_path, dtype, model_dtype, rollout_dtype):
+    """policy.dtype in verl's own spellings, composed with verl's config and read back through its dtype parser."""
+    from verl.utils.torch_dtypes import PrecisionType
+
+    cfg = preflight(build_overrides(load_recipe(DEFAULT_HARNESS), _job(tmp_path, dtype=dtype)))
+    actor, rollout = cfg.actor_rollout_ref.actor.fsdp_config.model_dtype, cfg.actor_rollout_ref.rollout.dtype
+    assert (actor, rollout) == (model_dtype, rollout_dtype)
+    assert PrecisionType.to_dtype(actor) == PrecisionType.to_dtype(rollout_dtype if dtype != "auto" else "fp32")

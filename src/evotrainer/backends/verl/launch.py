@@ -254,7 +254,7 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None, cfg=
             rollout_engine=vc.rollout_engine, tensor_parallel_size=vc.tensor_parallel_size,
             micro_batch_size_per_gpu=vc.micro_batch_size_per_gpu, gpu_memory_utilization=vc.gpu_memory_utilization,
             clip_ratio_c=vc.clip_ratio_c, extra=tuple(vc.overrides), agent_loop=loop,
-            tracking=job.tracking, chunk=chunk,
+            tracking=job.tracking, chunk=chunk, dtype=cfg.policy.dtype,
         )
         overrides = build_overrides(recipe, verl_job)
         preflight(overrides, loop)

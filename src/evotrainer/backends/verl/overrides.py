@@ -143,6 +143,7 @@ class VerlJob:
     agent_loop: AgentLoopJob | None = None  # set for a multi-turn task
     tracking: dict[str, Any] | None = None  # the training job's tracking (TrainJob.tracking); None: console + file
     chunk: int = 0  # the restart chunk this run trains (verl counts its steps from 1 again in each)
+    dtype: str = "auto"  # policy.dtype: auto keeps verl's own (fp32 master weights, bf16 rollout); see VERL_DTYPES
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,18 @@ def adapter_path() -> str:
     return str(Path(__file__).with_name("reward_adapter.py").resolve())
 
 
+# policy.dtype -> (the actor's FSDP model_dtype, the rollout engine's dtype) in verl's own spellings
+# (verl.utils.torch_dtypes.PrecisionType); "auto" sets neither: verl's defaults, fp32 master weights and bf16 rollout
+VERL_DTYPES = {"float32": ("fp32", "float32"), "bfloat16": ("bf16", "bfloat16"), "float16": ("fp16", "float16")}
+
+
+def dtype_overrides(dtype: str) -> list[tuple[str, Any]]:
+    if dtype == "auto":
+        return []
+    model_dtype, rollout_dtype = VERL_DTYPES[dtype]
+    return [(f"{ACTOR}.fsdp_config.model_dtype", model_dtype), (f"{ROLLOUT}.dtype", rollout_dtype)]
+
+
 def job_overrides(job: VerlJob, prompts_per_step: int) -> list[str]:
     out = Path(job.out_dir).resolve()
     shim = asdict(job.reward) | {"harness_dir": str(Path(job.reward.harness_dir).resolve())}
@@ -308,6 +321,7 @@ def job_overrides(job: VerlJob, prompts_per_step: int) -> list[str]:
         (f"{ROLLOUT}.gpu_memory_utilization", job.gpu_memory_utilization),
         (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", mb),
         (f"{ROLLOUT}.seed", job.seed),
+        *dtype_overrides(job.dtype),
         (f"{ROLLOUT}.val_kwargs.do_sample", False),  # greedy val answers, as the local backtest scores them
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", mb),
         ("reward.custom_reward_function.path", adapter_path()),
