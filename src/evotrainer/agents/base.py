@@ -22,6 +22,7 @@ class ProposalContext:
     lineage: pd.DataFrame  # every candidate tried so far in this run (may be empty)
     feedback: str | None = None  # human feedback from a `revise` at an approval, when there is one
     extra: dict = field(default_factory=dict)
+    seed: int = 0  # the run's seed (cfg.seed): each headline seed's random arm draws its own stream
 
     @property
     def signature(self) -> list[str]:

@@ -3,24 +3,28 @@ backtests per generation, same selection on val, same budget) into a comparison 
 
 * ``search_control``: every candidate is the parent harness unchanged, trained under another seed. Its
   gain over the fixed recipe is what best-of-(k+1) selection on val buys without any harness change.
-* ``random``: every candidate changes one recipe knob to a random value near the current one (log-uniform
-  within 4x for positive numbers, another choice, a flipped switch): random search over the recipe at the
-  loop's compute, with no diagnosis.
+* ``random``: every candidate changes one recipe knob, drawn uniformly among the knobs that act in the parent
+  recipe, to a value drawn from that knob's declared range (``contracts.knob_space``: log-uniform, uniform,
+  another choice, a flipped switch; relative ranges resolved against the run's starting recipe): random search
+  over the recipe at the loop's compute, with no diagnosis. Until issue 31 it drew any schema key, also knobs
+  that do nothing in the recipe (clip ranges at ppo_epochs 1), within 4x of the current value, from a stream
+  of the harness and generation only, so every headline seed proposed the same candidates; its stream now
+  includes the run's seed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
+from pathlib import Path
 
 import numpy as np
 
 from evotrainer.agents.base import ProposalContext
 from evotrainer.contracts.candidate import Proposal
-from evotrainer.contracts.harness import RECIPE_SCHEMA, load_recipe
+from evotrainer.contracts.harness import load_recipe
 from evotrainer.contracts.intervention import set_recipe_values, unified_diff
-
-SPREAD = 4.0  # random values lie within [value / SPREAD, value * SPREAD] (clipped to the schema's range)
+from evotrainer.contracts.knob_space import draw_change
+from evotrainer.layout import RunLayout
 
 
 class SearchControlAgent:
@@ -38,23 +42,21 @@ class RandomSearchAgent:
     name = "random"
 
     def narrate(self, context: ProposalContext) -> str:
-        return "Random-search arm: one recipe knob per candidate, set at random near its current value."
+        return ("Random-search arm: one recipe knob per candidate, among those that act in the parent recipe, "
+                "drawn from the knob space (contracts/knob_space.py).")
 
     def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
         text = (context.harness_dir / "recipe.yaml").read_text(encoding="utf-8")
         recipe = load_recipe(context.harness_dir)
-        seed = int.from_bytes(hashlib.sha256(f"{context.harness_id}:{context.generation}".encode()).digest()[:8], "little")
-        rng = np.random.default_rng(seed)
+        reference = starting_recipe(context) or recipe
+        rng = np.random.default_rng(stream_seed(context))
         tried, proposals = context.tried_diffs(), []
         from evotrainer.runtime import diff_hash
 
-        for _ in range(50 * max(k, 1)):  # redraw a knob whose random value equals the current one
+        for _ in range(50 * max(k, 1)):  # redraw a change already tried from this parent, or already drawn
             if len(proposals) == k:
                 break
-            key = str(rng.choice(sorted(RECIPE_SCHEMA)))
-            value = random_value(key, recipe[key], rng)
-            if value == recipe[key]:
-                continue
+            key, value = draw_change(recipe, rng, reference)
             diff = unified_diff("recipe.yaml", text, set_recipe_values(text, {key: value}))
             if diff_hash(diff) in tried or any(p.diff == diff for p in proposals):
                 continue
@@ -63,20 +65,18 @@ class RandomSearchAgent:
         return proposals
 
 
-def random_value(key: str, current, rng: np.random.Generator):
-    """A random value of ``key`` near ``current``, inside the recipe schema."""
-    field = RECIPE_SCHEMA[key]
-    if field.kind is bool:
-        return not current
-    if field.choices is not None:
-        others = [c for c in field.choices if c != current]
-        return others[int(rng.integers(len(others)))] if others else current
-    low, high = field.low, field.high
-    if current > 0:
-        lo, hi = max(low, current / SPREAD), min(high, current * SPREAD)
-        value = math.exp(rng.uniform(math.log(max(lo, 1e-12)), math.log(hi)))
-    else:  # a switched-off knob: switch it on at a small value
-        value = rng.uniform(low, low + (high - low) * 0.1)
-    if field.kind is int:
-        value = int(min(high, max(low, round(value))))
-    return field.kind(value)
+def stream_seed(context: ProposalContext) -> int:
+    """The random arm's stream: the run's seed, the parent harness and the generation, so each headline seed
+    proposes its own candidates and a resumed run proposes the same ones."""
+    key = f"random:{context.seed}:{context.harness_id}:{context.generation}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+
+
+def starting_recipe(context: ProposalContext) -> dict | None:
+    """The recipe the run started from (generation 0's harness), the reference of the knob space's relative
+    ranges; None outside a run folder (the parent's recipe stands in)."""
+    run_dir = context.extra.get("run_dir")
+    if not run_dir:
+        return None
+    harness = RunLayout(Path(run_dir)).gen(0).harness
+    return load_recipe(harness) if (harness / "recipe.yaml").is_file() else None

@@ -132,11 +132,11 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
 
 def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, record: str | Path,
            seeds: dict[str, int] | None = None) -> dict | None:
-    """``seeds``: candidate id -> its training seeds (the candidates: the keys, else every folder under
-    ``backtest_dir``); at least ``search.seeds`` each."""
     """``search.retention=needed``: delete the trained policies of this generation's backtests that no later
     stage reads (see the module's docstring) and write ``record``; ``all``: nothing (None). Never fails the
-    selection: a folder that cannot be removed is reported in the record and left."""
+    selection: a folder that cannot be removed is reported in the record and left. ``seeds``: candidate id ->
+    its training seeds (the candidates are its keys, else every folder under ``backtest_dir``); at least
+    ``search.seeds`` each."""
     mode = str(getattr(cfg.search, "retention", "all"))
     if mode not in RETENTION:
         raise ValueError(f"search.retention={mode}: choose one of {list(RETENTION)}")

@@ -1,0 +1,188 @@
+"""The knob space (contracts/knob_space.py) and the random arm that draws from it (agents/baselines.py)."""
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+from evotrainer.agents.base import ProposalContext
+from evotrainer.agents.baselines import RandomSearchAgent
+from evotrainer.contracts import lineage
+from evotrainer.contracts.candidate import apply_diff
+from evotrainer.contracts.harness import DEFAULT_HARNESS, RECIPE_SCHEMA, check_recipe, harness_id, load_recipe
+from evotrainer.contracts.knob_space import KNOB_SPACE, NOT_SEARCHED, active_knobs, check_space, draw_change
+from evotrainer.layout import RunLayout
+
+SHIPPED_HARNESSES = sorted((Path(DEFAULT_HARNESS).parent).glob("*/recipe.yaml"))
+# what the default recipe (ppo_epochs 1, no dynamic sampling, no overlong buffer) leaves without effect
+INERT_IN_DEFAULT = {"clip_low", "clip_high", "dynamic_sampling_max_batches", "overlong_penalty"}
+
+
+def context(harness: Path, generation: int = 0, seed: int = 0, **extra) -> ProposalContext:
+    return ProposalContext(generation=generation, harness_dir=harness, harness_id=harness_id(harness), findings=[],
+                           lineage=lineage.empty(), extra=dict(extra), seed=seed)
+
+
+def changed(proposal) -> tuple[str, object]:
+    """The (key, value) a one-line recipe diff sets."""
+    added = [line[1:] for line in proposal.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert len(added) == 1, proposal.diff
+    ((key, value),) = yaml.safe_load(added[0]).items()
+    return key, value
+
+
+@pytest.mark.fast
+def test_every_recipe_key_is_searched_or_excluded_with_a_reason():
+    assert set(KNOB_SPACE) | set(NOT_SEARCHED) == set(RECIPE_SCHEMA)
+    assert not set(KNOB_SPACE) & set(NOT_SEARCHED)
+    assert all(reason.strip() for reason in NOT_SEARCHED.values())
+    check_space()
+    with pytest.raises(ValueError, match=r"in neither \['max_response_len'\]"):
+        check_space(not_searched={})
+    with pytest.raises(ValueError, match="'clip_low' range .* not inside the schema's"):
+        check_space(KNOB_SPACE | {"clip_low": replace(KNOB_SPACE["clip_low"], high=1.5)})
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("recipe_path", SHIPPED_HARNESSES, ids=lambda p: p.parent.name)
+def test_every_range_lies_inside_the_schema_for_every_shipped_recipe(recipe_path):
+    reference = load_recipe(recipe_path.parent)
+    for name, knob in KNOB_SPACE.items():
+        knob = knob.at(reference)
+        field = RECIPE_SCHEMA[name]
+        if knob.kind in ("categorical", "bool"):
+            assert all(field.check(name, choice, "test") == choice for choice in knob.choices)
+            continue
+        assert field.low <= knob.low <= knob.high <= field.high, knob.describe()
+        assert field.check(name, knob.low, "test") == knob.low and field.check(name, knob.high, "test") == knob.high
+
+
+@pytest.mark.fast
+def test_relative_ranges_follow_the_reference_recipe():
+    reference = load_recipe(DEFAULT_HARNESS)  # lr 2e-4, 32 prompts x 8, max_response_len 8
+    assert (KNOB_SPACE["lr"].at(reference).low, KNOB_SPACE["lr"].at(reference).high) == (2e-5, 2e-3)
+    assert (KNOB_SPACE["prompts_per_step"].at(reference).low, KNOB_SPACE["prompts_per_step"].at(reference).high) == (8, 128)
+    assert KNOB_SPACE["group_size"].at(reference | {"group_size": 4}).low == 2  # the schema's floor
+    assert KNOB_SPACE["overlong_buffer"].at(reference).high == 4  # half the response budget
+    assert KNOB_SPACE["overlong_buffer"].at(reference | {"max_response_len": 1024}).high == 64  # the schema's cap
+    assert KNOB_SPACE["lr"].at(reference | {"lr": 3.3333e-4}).low == 3.34e-5  # rounded inwards to 3 digits
+
+
+@pytest.mark.fast
+def test_knobs_without_effect_in_the_recipe_are_inactive():
+    recipe = load_recipe(DEFAULT_HARNESS)
+    assert {k.name for k in KNOB_SPACE.values()} - {k.name for k in active_knobs(recipe)} == INERT_IN_DEFAULT
+    assert {"clip_low", "clip_high"} <= {k.name for k in active_knobs(recipe | {"ppo_epochs": 2})}
+    assert "dynamic_sampling_max_batches" in {k.name for k in active_knobs(recipe | {"dynamic_sampling": True})}
+    assert "overlong_penalty" in {k.name for k in active_knobs(recipe | {"overlong_buffer": 2})}
+    assert all(KNOB_SPACE[name].reason for name in INERT_IN_DEFAULT)
+
+
+def test_the_clip_range_changes_nothing_in_one_pass_and_something_in_two():
+    """The clip knobs' condition, measured on the local trainer: with ppo_epochs 1 any clip range trains the
+    same weights bit for bit (the ratio is exactly 1); with 2 passes the range binds."""
+    import torch
+
+    from evotrainer.backends.local.grpo import _optimise
+    from evotrainer.policy.tiny import build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    base = build_model(tok, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    rows, prompt_len, response_len = 8, 5, 6
+    samples = SimpleNamespace(prompt_ids=torch.randint(4, len(tok), (rows, prompt_len), generator=gen),
+                              prompt_mask=torch.ones(rows, prompt_len, dtype=torch.long),
+                              response_ids=torch.randint(4, len(tok), (rows, response_len), generator=gen),
+                              response_mask=torch.ones(rows, response_len, dtype=torch.long))
+    adv = [np.linspace(-1.0, 1.0, rows)]
+    recipe = load_recipe(DEFAULT_HARNESS) | {"lr": 5e-2, "grad_clip": 0.0}
+
+    def trained(**changes):
+        model = build_model(tok, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=0)
+        model.load_state_dict(base.state_dict())
+        optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"], weight_decay=0.0)
+        _optimise(model, None, optimizer, [SimpleNamespace(samples=samples)], adv, recipe | changes, tok.pad_token_id)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    one_pass = [trained(ppo_epochs=1, clip_low=low, clip_high=high) for low, high in ((0.2, 0.2), (0.0, 0.0), (0.9, 0.05))]
+    assert all(torch.equal(one_pass[0], other) for other in one_pass[1:])
+    assert not torch.equal(trained(ppo_epochs=2, clip_low=0.0, clip_high=0.0), trained(ppo_epochs=2, clip_low=0.9, clip_high=0.9))
+
+
+@pytest.mark.fast
+def test_a_change_draws_a_new_value_from_the_declared_range():
+    recipe = load_recipe(DEFAULT_HARNESS)
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        key, value = draw_change(recipe, rng)
+        knob = KNOB_SPACE[key].at(recipe)
+        assert knob.active(recipe) and knob.contains(value) and value != recipe[key]
+    assert KNOB_SPACE["norm_adv_by_std"].draw(rng, other_than=True) is False  # a switch can only flip
+    assert KNOB_SPACE["ppo_epochs"].at(recipe).draw(rng, other_than=1) in (2, 3, 4)
+
+
+@pytest.mark.fast
+def test_the_random_agent_proposes_only_active_knobs_in_range(harness, tmp_path):
+    recipe = load_recipe(harness)
+    agent, proposals = RandomSearchAgent(), []
+    for generation in range(20):
+        proposals += agent.propose(context(harness, generation=generation, seed=generation % 3), 10)
+    assert len(proposals) == 200
+    active = {k.name for k in active_knobs(recipe)}
+    for proposal in proposals:
+        key, value = changed(proposal)
+        assert key in active and proposal.intervention == f"random:{key}"
+        assert KNOB_SPACE[key].at(recipe).contains(value), (key, value)
+        assert check_recipe(recipe | {key: value})[key] == value
+    assert {changed(p)[0] for p in proposals} == active  # every active knob gets drawn
+    for i, proposal in enumerate(proposals[:3]):  # and the diffs apply to the harness as they are
+        key, value = changed(proposal)
+        assert load_recipe(apply_diff(harness, proposal.diff, tmp_path / f"c{i}"))[key] == value
+
+
+@pytest.mark.fast
+def test_each_run_seed_draws_its_own_candidates_and_a_rerun_the_same(harness):
+    agent = RandomSearchAgent()
+    seed0 = [p.diff for p in agent.propose(context(harness, seed=0), 4)]
+    assert [p.diff for p in agent.propose(context(harness, seed=0), 4)] == seed0  # a resumed run
+    assert [p.diff for p in agent.propose(context(harness, seed=1), 4)] != seed0
+    assert [p.diff for p in agent.propose(context(harness, seed=0, generation=1), 4)] != seed0
+
+
+@pytest.mark.fast
+def test_relative_ranges_are_resolved_against_the_runs_starting_recipe(harness, tmp_path):
+    run = RunLayout(tmp_path / "run")
+    start = run.gen(0).harness
+    shutil.copytree(harness, start)
+    (start / "recipe.yaml").write_text((start / "recipe.yaml").read_text().replace("lr: 2.0e-4", "lr: 1.0e-6"))
+    lrs = [changed(p)[1] for g in range(30)
+           for p in RandomSearchAgent().propose(context(harness, generation=g, run_dir=run.root), 8)
+           if p.intervention == "random:lr"]
+    assert lrs and all(1e-7 <= lr <= 1e-5 for lr in lrs)  # around generation 0's lr, not the parent's 2e-4
+
+
+def test_the_propose_stage_hands_the_runs_seed_to_the_random_arm(tmp_path):
+    import json
+
+    from evotrainer.atomic import read_json
+    from evotrainer.config import compose, to_yaml
+    from evotrainer.stages import propose
+
+    def candidates(seed: int, name: str) -> list[dict]:
+        gen = tmp_path / name / "r" / "gen0"
+        shutil.copytree(DEFAULT_HARNESS, gen / "harness")
+        (gen / "diagnosis.json").write_text(json.dumps({"findings": []}))
+        conf = gen.parent / "config.yaml"
+        conf.write_text(to_yaml(compose(["experiment=quick", "run=r", "agent.name=random", f"seed={seed}"])))
+        propose.run(str(conf), str(gen / "diagnosis.json"), str(gen / "harness"), None, str(gen / "candidates"), 0)
+        return [read_json(path) | {"diff": path.with_name("harness.diff").read_text()}
+                for path in sorted((gen / "candidates").glob("c[0-9]*/proposal.json"))]
+
+    first = candidates(0, "a")
+    assert first and all(c["validation"]["ok"] and c["intervention"].startswith("random:") for c in first)
+    assert [c["diff"] for c in candidates(0, "b")] == [c["diff"] for c in first]  # a rerun of the same seed
+    assert [c["diff"] for c in candidates(1, "c")] != [c["diff"] for c in first]
