@@ -265,7 +265,7 @@ class AgentPricesConf:  # USD per million tokens, used for the cost column of ag
 
 @dataclass
 class AgentConf:
-    name: str = installed("heuristic", AGENTS)  # heuristic, claude, openai, search_control, random, or a plug-in
+    name: str = installed("heuristic", AGENTS)  # heuristic, claude, openai, search_control, random, tpe, cmaes, or a plug-in
     max_candidates: int = between(3, 0, 64)
     extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
     # LLM agents (claude, openai) only; see conf/agent/claude.yaml and evotrainer.agents.llm
@@ -327,6 +327,26 @@ class BacktestBudgetConf:
     disk_mb: float = between(2048.0, 1.0, 10**7)
 
 
+# `search.headline_arms`: the arms of the seed runs themselves (the loop, the fixed recipe at equal steps and at equal
+# sampled responses) and the agent arms, each its own loop run per seed with that agent proposing
+SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched")
+AGENT_ARMS = ("search_control", "random")
+DEFAULT_HEADLINE_ARMS = (*SEED_RUN_ARMS, *AGENT_ARMS)
+
+
+def check_headline_arms(arms: Any) -> str | None:
+    """The problem with ``search.headline_arms`` (one line), or None."""
+    allowed = [*SEED_RUN_ARMS, *AGENT_ARMS]
+    for arm in arms:
+        if arm not in allowed:
+            return (f"'search.headline_arms' names {str(arm)!r}, which is not an arm; allowed: {allowed}"
+                    + closest_hint(str(arm), allowed))
+    missing = [arm for arm in ("evolved", "fixed") if arm not in arms]
+    if missing:
+        return f"'search.headline_arms' must hold {missing}: the headline compares the evolved loop with the fixed recipe"
+    return None
+
+
 @dataclass
 class SearchConf:
     mode: str = one_of("single", "single")
@@ -345,7 +365,9 @@ class SearchConf:
     selection: str = one_of("bootstrap", "greedy", "bootstrap")
     confidence: float = between(0.95, 0.5, 0.999)
     headline_seeds: int = between(5, 1, 100)
-    headline_search_arms: bool = True  # the headline also runs the search-control and random-search loops per seed
+    # the arms `snakemake headline` runs per seed (HEADLINE_ARMS, README "Headline"): evolved and fixed always; the
+    # others by name (agent arms: the same loop with that agent proposing, run <run>-seed<s>-<arm>)
+    headline_arms: list[str] = field(default_factory=lambda: list(DEFAULT_HEADLINE_ARMS))
     gates: bool = True
     train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
     retention: str = one_of("all", "all", "needed")  # needed: delete what no later stage reads (docs/retention.md)
@@ -626,7 +648,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: bad key '{key}': {_one_line(Exception(getattr(err, 'msg', err)))}") from None
     check_fields(Config, merged, "")
     check_task(merged.task)  # the sizes, and the task's own fields against its checks
-    problem = check_loggers(merged.logger)
+    problem = check_loggers(merged.logger) or check_headline_arms(merged.search.headline_arms)
     if problem:
         raise ConfigError(f"config: {problem}")
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:

@@ -19,12 +19,16 @@ AGENTS = Registry("agent", "evotrainer.agents", {
     "heuristic": "evotrainer.agents.heuristic:HeuristicAgent",
     "search_control": "evotrainer.agents.baselines:SearchControlAgent",  # baseline arms of the headline
     "random": "evotrainer.agents.baselines:RandomSearchAgent",
+    "tpe": "evotrainer.agents.tuners:TPETunerAgent",  # tuners on Optuna over the knob space (docs/tuners.md)
+    "cmaes": "evotrainer.agents.tuners:CmaEsTunerAgent",
     "claude": "evotrainer.agents.claude:make",  # the SDKs are imported only when an agent is made
     "openai": "evotrainer.agents.openai_agent:make",
 }, ValueError, descriptions={
     "heuristic": "offline: a deterministic catalogue of known RL interventions, ranked by the findings",
     "search_control": "baseline arm: the parent harness unchanged under other training seeds",
     "random": "baseline arm: one recipe knob per candidate, set at random near its current value",
+    "tpe": "tuner: Optuna's TPE over the recipe's knob space, rebuilt from the run's lineage each generation",
+    "cmaes": "tuner: Optuna's CMA-ES over the recipe's numeric knobs (categoricals at random), rebuilt likewise",
     "claude": "an LLM agent through the anthropic SDK (Messages API with tool use; agent.model)",
     "openai": "an LLM agent through any OpenAI-compatible chat-completions endpoint (agent.model, agent.base_url)",
 })

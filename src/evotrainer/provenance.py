@@ -25,7 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from evotrainer.config import ConfigError, to_yaml, validate
+from evotrainer.config import ConfigError, schema_key_problem, to_yaml, validate
 from evotrainer.layout import RunLayout
 
 CONFIG_NAME = RunLayout(Path("run")).config.name
@@ -36,7 +36,7 @@ NOT_OUTPUTS = {CONFIG_NAME, HISTORY_NAME, "logs", "benchmarks"}
 # Keys whose change does not alter what the run's existing outputs mean (exact keys, or prefixes ending in '.')
 MAY_CHANGE = (
     "run", "results_dir", "forkserver", "trainer.threads", "approvals.", "logger", "search.retention",
-    "search.generations", "search.headline_seeds", "search.headline_search_arms",
+    "search.generations", "search.headline_seeds", "search.headline_arms",
     "search.train_hang_s", "trainer.verl.timeout_s", "trainer.verl.python",
     "agent.timeout_s", "agent.call_timeout_s", "agent.step_timeout_s", "agent.max_retries", "agent.max_retry_wait_s",
     "agent.base_url", "agent.api_key_env",
@@ -70,15 +70,31 @@ def _holds_a_file(folder: Path) -> bool:
 def changed_keys(saved: Any, new: DictConfig) -> dict[str, tuple[Any, Any]]:
     """Every dotted key whose value differs between the saved config (a mapping read from config.yaml) and
     ``new``: {key: (saved value, new value)}. The saved one is validated first, so a key added to the schema
-    since it was written compares by its default."""
+    since it was written compares by its default, and a key removed from the schema since is left out."""
     try:
-        old = OmegaConf.to_container(validate(OmegaConf.create(saved)), resolve=True)
+        old = OmegaConf.to_container(validate(OmegaConf.create(_known_keys(saved))), resolve=True)
     except (ConfigError, ValueError, TypeError):
         old = saved  # a config an older version wrote that no longer validates: compare as written
     flat_old, flat_new = _flat(old), _flat(OmegaConf.to_container(new, resolve=True))
     missing = object()
     return {key: (flat_old.get(key), flat_new.get(key)) for key in sorted(set(flat_old) | set(flat_new))
             if flat_old.get(key, missing) != flat_new.get(key, missing)}
+
+
+def _known_keys(saved: Any) -> Any:
+    """``saved`` without the keys the config schema no longer has (a saved config from an older version)."""
+    if not isinstance(saved, dict):
+        return saved
+    kept: dict[str, Any] = {}
+    for key, value in _flat(saved).items():
+        if schema_key_problem(key) is not None:
+            continue
+        node = kept
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return kept
 
 
 def _flat(node: Any, prefix: str = "") -> dict[str, Any]:

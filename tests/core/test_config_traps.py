@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml
 from evotrainer.preflight import preflight_problems
@@ -289,3 +290,25 @@ def test_a_results_dir_the_rules_cannot_pass_to_a_shell_is_refused():
     with pytest.raises(ConfigError, match=r"'results_dir' = '/data/My Drive/r'.*shell"):
         compose(["results_dir='/data/My Drive/r'"])
     assert compose(["run=lr.study_2-b", "results_dir=/data/runs/r1"]).run == "lr.study_2-b"
+
+
+@pytest.mark.fast
+def test_headline_arms_are_named_and_checked():
+    assert list(compose([]).search.headline_arms) == ["evolved", "fixed", "fixed_matched", "search_control", "random"]
+    assert list(compose(["search.headline_arms=[evolved,fixed,random]"]).search.headline_arms) == [
+        "evolved", "fixed", "random"]
+    with pytest.raises(ConfigError, match=r"'search.headline_arms' names 'randon'.*did you mean 'random'"):
+        compose(["search.headline_arms=[evolved,fixed,randon]"])
+    with pytest.raises(ConfigError, match=r"must hold \['fixed'\]"):
+        compose(["search.headline_arms=[evolved,random]"])
+
+
+@pytest.mark.fast
+def test_a_key_removed_from_the_schema_since_a_run_was_saved_is_no_change():
+    from evotrainer.provenance import changed_keys
+
+    saved = OmegaConf.to_container(compose([]), resolve=True)
+    saved["search"]["headline_search_arms"] = True  # an older version's key, gone from the schema
+    del saved["policy"]["dtype"]  # a key added since compares by its default
+    assert changed_keys(saved, compose([])) == {}
+    assert changed_keys(saved, compose(["search.min_gain=0.05"])) == {"search.min_gain": (0.0, 0.05)}

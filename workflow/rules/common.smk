@@ -11,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 import evotrainer
-from evotrainer.config import ConfigError, compose, overrides_from_snakemake, validate
+from evotrainer.config import SEED_RUN_ARMS, ConfigError, compose, overrides_from_snakemake, validate
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
 from evotrainer.preflight import preflight_problems
@@ -103,13 +103,14 @@ RUN_CONFIGS = {RUN: CFG} | {
         "library_dir": CFG.skills.library_dir or str(run_layout(name).skill_library)},
         # the headline also answers "at equal samples?" (local trainer: it implements the responses budget)
         "search": {"baseline_matched": CFG.search.baseline_matched
-                   or (CFG.trainer.name == "local" and not is_multi_turn(CFG.task.name))}}))
+                   or ("fixed_matched" in CFG.search.headline_arms and CFG.trainer.name == "local"
+                       and not is_multi_turn(CFG.task.name))}}))
     for name, seed in HEADLINE_RUNS.items()
 }
 # The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py) proposing as
 # many candidates per generation as the loop's agent (agent.max_candidates; the user's extra candidates are not
 # counted: most fail validation untrained); no skills, no baselines of their own.
-SEARCH_ARMS = ("search_control", "random") if CFG.search.headline_search_arms else ()
+SEARCH_ARMS = tuple(arm for arm in CFG.search.headline_arms if arm not in SEED_RUN_ARMS)  # search.headline_arms
 ARM_RUNS = {arm_run(name, arm): (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
 ARM_LOOP = {arm_run(name, arm): name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
 RUN_CONFIGS |= {

@@ -23,6 +23,7 @@ class ProposalContext:
     feedback: str | None = None  # human feedback from a `revise` at an approval, when there is one
     extra: dict = field(default_factory=dict)
     seed: int = 0  # the run's seed (cfg.seed): each headline seed's random arm draws its own stream
+    generations: int | None = None  # the run's search.generations: a tuner sizes its random startup by it
 
     @property
     def signature(self) -> list[str]:

@@ -136,7 +136,8 @@ def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
             continue
         acc = np.array(values, dtype=float)
         diff = analyse(evolved, acc, prompt_diffs=(prompt_diffs or {}).get(arm))
-        what, record = ARMS[arm]
+        what, record = ARMS.get(arm, (f"the same loop with agent={arm} proposing, same backtests and val selection",
+                                      "whole_search"))
         table.append({"arm": arm, "what": what, "test_mean": float(acc.mean()), "test_iqm": float(trim_mean(acc, 0.25)),
                       "evolved_minus_arm": diff["difference_mean"], "ci_low": diff["ci_low"], "ci_high": diff["ci_high"],
                       "interval": diff["interval"], "sampled_responses": _mean_compute(rows, record, arm)})
@@ -145,11 +146,22 @@ def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
 
 def _mean_compute(rows: list[dict], record: str, arm: str | None = None) -> float | None:
     """Mean sampled responses of ``record`` over the seeds (for the search arms: from their own runs)."""
-    values = [((r.get("arm_compute") or {}).get(arm) if arm in ("search_control", "random") else r.get("compute", {}).get(record))
+    values = [((r.get("arm_compute") or {}).get(arm) if arm in (r.get("arm_compute") or {}) else r.get("compute", {}).get(record))
               for r in rows]
     if any(v is None for v in values):
         return None
     return float(np.mean([v["sampled_responses"] for v in values]))
+
+
+def _agent_arms(rows: list[dict], by_run: dict[str, dict]) -> list[str]:
+    """The agent arms among the arm runs' summaries (run ``<seed run>-<arm>``: layout.arm_run), in their order."""
+    arms = []
+    for name in by_run:
+        for r in rows:
+            prefix = arm_run(r["run"], "")
+            if name.startswith(prefix) and name[len(prefix):] not in arms:
+                arms.append(name[len(prefix):])
+    return arms
 
 
 def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[str] | None = None) -> None:
@@ -166,7 +178,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
                "baseline_matched": [per_prompt_correct(d, "baseline_matched") for d in seed_dirs]}
     arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
                              "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows]}
-    for arm in ("search_control", "random"):
+    for arm in _agent_arms(rows, by_run):
         found = [by_run.get(arm_run(r["run"], arm)) for r in rows]
         if any(found):
             missing = [r["run"] for r, s in zip(rows, found, strict=True) if s is None]

@@ -38,7 +38,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
         generation=generation, harness_dir=Path(harness_dir), harness_id=harness_id(harness_dir),
         findings=diagnosis["findings"], lineage=lineage.read(lineage_parts or []),
         feedback=approvals.feedback_for(run_layout.root, generation),  # from `evotrainer revise`
-        seed=cfg.seed,
+        seed=cfg.seed, generations=cfg.search.generations,
     )
     # every skill that matches this diagnosis (this run's and the cross-run library's), best first
     context.extra["interventions"] = task_of(cfg).interventions()  # the domain's own catalogue (code, ...)
