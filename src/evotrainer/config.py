@@ -330,7 +330,7 @@ class BacktestBudgetConf:
 # `search.headline_arms`: the arms of the seed runs themselves (the loop, the fixed recipe at equal steps and at equal
 # sampled responses) and the agent arms, each its own loop run per seed with that agent proposing
 SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched")
-AGENT_ARMS = ("search_control", "random")
+AGENT_ARMS = ("search_control", "random", "tpe", "cmaes")  # tpe, cmaes: Optuna tuners (agents/tuners.py)
 DEFAULT_HEADLINE_ARMS = (*SEED_RUN_ARMS, *AGENT_ARMS)
 
 

@@ -53,8 +53,8 @@ MLFLOW_STORE = "mlruns"  # the MLflow file store, in TRACKING_DIR
 EXTRA = "tracking"  # pip install 'evotrainer[tracking]'
 # logger -> (the module it imports, the package that provides it)
 LIBRARIES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow-skinny")}
-# the headline's search arms (workflow/rules/common.smk SEARCH_ARMS): the loop run with a baseline agent
-SEARCH_ARMS = ("search_control", "random")
+# the headline's agent arms (config.AGENT_ARMS): the loop run with a baseline agent or a tuner
+SEARCH_ARMS = ("search_control", "random", "tpe", "cmaes")
 TAGS = ("run", "generation", "candidate", "arm", "stage", "split", "seed")  # the tags a job may carry, in order
 
 log = logging.getLogger("evotrainer.tracking")

@@ -100,9 +100,12 @@ class _Tuner:
             study = optuna.create_study(direction="maximize", sampler=self.sampler(0, context, k))
             for generation, rows in self.trials(context.lineage, context.generation):
                 study.sampler = self.sampler(sampler_seed(self.name, context.seed, generation), context, k)
-                asked = [study.ask() for _ in range(len(rows))]
-                for trial, row in zip(asked, rows, strict=True):
-                    _, replayed = self.ask_point(trial, space, reference, parent)
+                # asked and suggested one after another, told only after the generation, as they were proposed
+                asked, replays = [], []
+                for _ in rows:
+                    asked.append(study.ask())
+                    replays.append(self.ask_point(asked[-1], space, reference, parent)[1])
+                for trial, replayed, row in zip(asked, replays, rows, strict=True):
                     recorded = _recorded_params(row)
                     if replayed == recorded:
                         _tell(study, trial, row)

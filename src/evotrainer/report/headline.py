@@ -120,6 +120,8 @@ ARMS = {  # arm -> (what it is, the compute record that paid for it)
     "baseline_matched": ("fixed recipe, equal sampled responses to the promoted path", "baseline_matched"),
     "search_control": ("unchanged harness, same backtests and val selection (other seeds)", "whole_search"),
     "random": ("random single-knob recipe search, same backtests and val selection", "whole_search"),
+    "tpe": ("Optuna TPE over the recipe's knob space, same backtests and val selection", "whole_search"),
+    "cmaes": ("Optuna CMA-ES over the recipe's knob space, same backtests and val selection", "whole_search"),
 }
 
 
