@@ -158,7 +158,8 @@ class Spec:
                 parts.append(f"seed{int(t['seed'])}")
         elif t.get("split"):
             parts.append(str(t["split"]))
-        return tuple(p.replace("/", "_").replace("\\", "_") for p in parts)
+        # one folder name each: no separator, and never "." or ".." (a tag must not lead out of the tracking folder)
+        return tuple(("_" + p if p in (".", "..", "") else p).replace("/", "_").replace("\\", "_") for p in parts)
 
     @property
     def key(self) -> str:

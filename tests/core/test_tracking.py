@@ -223,3 +223,12 @@ def test_verl_gets_the_users_loggers_its_file_logger_and_where_each_writes(tmp_p
     assert _overrides(_verl_job(tmp_path, tracking=_spec(tmp_path, "tensorboard").as_dict()))["trainer.logger"] == \
         "[tensorboard,file]"
     assert _overrides(_verl_job(tmp_path))["trainer.logger"] == "[console,file]"  # a job without tracking
+
+
+@pytest.mark.fast
+def test_a_tag_cannot_lead_out_of_the_tracking_folder(tmp_path):
+    spec = tracking.Spec(str(tmp_path / "tracking"), ("jsonl",),
+                         {"run": "r", "generation": 0, "candidate": "..", "arm": ".."})
+    for logger in ("jsonl", "tensorboard", "wandb"):
+        folder = spec.folder(logger).resolve()
+        assert folder.is_relative_to((tmp_path / "tracking" / logger).resolve()), folder

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import warnings
+from abc import ABC, abstractmethod
 from typing import Any
 
 import optuna
@@ -55,7 +56,7 @@ def sampler_seed(name: str, run_seed: int, generation: int) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
 
 
-class _Tuner:
+class _Tuner(ABC):
     """The shared ask/tell loop; subclasses say which sampler and whether conditional knobs are asked only
     where they act (TPE) or always (CMA-ES, whose optimizer needs a fixed space)."""
 
@@ -65,8 +66,9 @@ class _Tuner:
     def __init__(self, agent_cfg: Any = None) -> None:
         self.agent_cfg = agent_cfg
 
+    @abstractmethod
     def sampler(self, seed: int, context: ProposalContext, k: int) -> optuna.samplers.BaseSampler:
-        raise NotImplementedError
+        """This tuner's Optuna sampler, seeded with ``seed``."""
 
     def narrate(self, context: ProposalContext) -> str:
         return (f"{self.name} tuner: {self.__doc__.strip().splitlines()[0]} Each candidate is one point of the knob "

@@ -108,7 +108,7 @@ class _TorchPlayer:
         if model is None:
             from evotrainer.policy.tiny import load_policy, weights_dtype
 
-            dtype = weights_dtype(str(getattr(setting.cfg.policy, "dtype", "auto")), self.device, training=False)
+            dtype = weights_dtype(setting.cfg.policy.dtype, self.device, training=False)
             model, tokenizer = load_policy(policy_dir, self.device, dtype)
             model.eval()
         self.model, self.tokenizer = model, tokenizer
@@ -218,7 +218,7 @@ class VllmPlayer:
             self._engine = vllm_rollout.Engine(
                 self.policy_dir, seed=seed, tensor_parallel_size=rollout.tensor_parallel_size,
                 gpu_memory_utilization=rollout.gpu_memory_utilization,
-                dtype=str(getattr(self.s.cfg.policy, "dtype", "auto")))
+                dtype=self.s.cfg.policy.dtype)
         return self._engine
 
     def sample(self, prompts, *, group_size, sampling_seed, **ids):
@@ -271,18 +271,12 @@ def sampler(setting: Setting, policy_dir: str | Path) -> Player:
     return player(setting, setting.cfg.rollout.name, policy_dir=policy_dir)
 
 
-EVALUATE_WITH = ("rollout", "hf")  # rollout.evaluate_with
-
-
 def evaluation_kind(setting: Setting, *, in_memory: bool = False) -> str:
     """The rollout kind that plays the evaluator (see the module's docstring): ``rollout.name`` where
     ``rollout.evaluate_with=rollout`` and that player ``evaluates`` a saved policy of this task, else hf."""
-    rollout = setting.cfg.rollout
-    evaluate_with = str(getattr(rollout, "evaluate_with", "rollout"))
-    if evaluate_with not in EVALUATE_WITH:
-        raise RolloutError(f"rollout.evaluate_with={evaluate_with}: choose one of {list(EVALUATE_WITH)}")
+    rollout = setting.cfg.rollout  # evaluate_with: rollout | hf (checked when the config is composed)
     kind = str(rollout.name)
-    if evaluate_with == "hf" or kind == "hf" or in_memory:
+    if rollout.evaluate_with == "hf" or kind == "hf" or in_memory:
         return "hf"
     if not getattr(ROLLOUTS.resolve(kind), "evaluates", False):
         return "hf"  # a player that does not declare it: the local one scores (as before evaluate_with)

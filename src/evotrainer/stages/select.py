@@ -25,7 +25,6 @@ from evotrainer.contracts.harness import harness_id
 from evotrainer.layout import TrainingRunLayout
 from evotrainer.stages.common import config, task_of
 
-RETENTION = ("all", "needed")  # search.retention
 RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
 DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy/ folder
 
@@ -137,9 +136,7 @@ def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, rec
     selection: a folder that cannot be removed is reported in the record and left. ``seeds``: candidate id ->
     its training seeds (the candidates are its keys, else every folder under ``backtest_dir``); at least
     ``search.seeds`` each."""
-    mode = str(getattr(cfg.search, "retention", "all"))
-    if mode not in RETENTION:
-        raise ValueError(f"search.retention={mode}: choose one of {list(RETENTION)}")
+    mode = cfg.search.retention  # all | needed (checked when the config is composed)
     if mode == "all":
         return None
     from evotrainer.sandbox.scratch import remove_tree, tree_bytes

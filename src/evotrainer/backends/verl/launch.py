@@ -229,7 +229,7 @@ def train(job: TrainJob, *, reward, task: Task, weights: np.ndarray | None, cfg=
     val_file = verl_data.export_split(val, "val", work / "val.parquet", task.name)
     shim = reward_shim(cfg, harness, task)
     policy, logs = Path(job.parent_policy), []
-    needed, freed = str(getattr(cfg.search, "retention", "all")) == "needed", []
+    needed, freed = cfg.search.retention == "needed", []
     chunk_steps = job.steps // job.restarts
     for chunk in range(job.restarts):
         chunk_dir = work / f"chunk{chunk}"
