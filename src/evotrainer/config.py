@@ -359,7 +359,10 @@ class SearchConf:
     budget: int = between(0, 0, 10**15)
     min_gain: float = 0.0
     baseline: bool = True
-    baseline_matched: bool = False  # also the fixed recipe trained on as many sampled responses as the promoted path
+    # also the fixed recipe trained on as many sampled responses as the promoted path was charged: auto = where the
+    # trainer implements a responses budget (local trainer, single-turn task); true | false (matched_baseline_on)
+    baseline_matched: str = satisfies("auto", test=lambda v: str(v).lower() in ("auto", "true", "false"),
+                                      allowed="auto, true or false")
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
     selection: str = one_of("bootstrap", "greedy", "bootstrap")
@@ -655,10 +658,11 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
     multi_turn = "multi_turn" in task_supports(merged.task.name)
-    if multi_turn and (merged.search.budget_unit != "steps" or merged.search.baseline_matched):
+    explicit_matched = str(merged.search.baseline_matched).lower() == "true"
+    if multi_turn and (merged.search.budget_unit != "steps" or explicit_matched):
         raise ConfigError(f"config: task={merged.task.name} trains multi-turn episodes, which count optimizer steps "
-                          "only: set search.budget_unit=steps and search.baseline_matched=false")
-    if merged.search.baseline_matched and merged.trainer.name != "local":
+                          "only: set search.budget_unit=steps and search.baseline_matched=auto or false")
+    if explicit_matched and merged.trainer.name != "local":
         raise ConfigError("config: search.baseline_matched trains under a responses budget, which only the local "
                           f"trainer implements (trainer.name={merged.trainer.name})")
     if merged.search.budget_unit != "steps" and merged.trainer.name != "local":
@@ -679,6 +683,8 @@ def validate(cfg: DictConfig) -> DictConfig:
                           "a Hub id in the local HF cache)")
     if merged.agent.name in ("claude", "openai") and not merged.agent.model:
         raise ConfigError(f"config: 'agent.model' is required when agent.name={merged.agent.name} (see conf/agent/)")
+    OmegaConf.set_readonly(merged, False)  # a merge of a validated config inherits its read-only flag
+    merged.search.baseline_matched = str(merged.search.baseline_matched).lower()  # true/True/TRUE as one word
     OmegaConf.set_readonly(merged, True)
     return merged
 
@@ -721,7 +727,6 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
     honour is evotrainer.contracts.verl_multi_turn, which the backend shares: the config imports no backend."""
     from evotrainer.contracts.harness import HarnessError, load_env, load_recipe
     from evotrainer.contracts.verl_multi_turn import AGENT_LOOP_KEYS, check_multi_turn_for_verl
-    from evotrainer.tasks import from_config
 
     for override in cfg.trainer.verl.overrides:
         key = str(override).split("=", 1)[0].lstrip("+~")
@@ -729,7 +734,7 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
             raise ConfigError(f"config: trainer.verl.overrides sets {key!r}, which task={cfg.task.name} (multi-turn) "
                               "needs for evotrainer's verl agent loop; remove it (the harness's env.yaml and recipe "
                               "set these)")
-    harness = Path(cfg.harness.initial) if cfg.harness.initial else Path(from_config(cfg.task).default_harness())
+    harness = initial_harness_path(cfg)
     if not (harness / "recipe.yaml").is_file():
         return  # a missing initial harness is the init stage's error
     try:
@@ -737,6 +742,44 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
         check_multi_turn_for_verl(recipe, load_env(harness), where=str(harness))
     except HarnessError as err:
         raise ConfigError(f"config: trainer=verl with task={cfg.task.name}: {err}") from err
+
+
+def matched_baseline_on(cfg: DictConfig) -> bool:
+    """Whether the run trains the equal-charged-responses arm (``search.baseline_matched``): true, or auto where
+    the local trainer implements a responses budget (single-turn tasks)."""
+    value = str(cfg.search.baseline_matched).lower()
+    return value == "true" or (value == "auto" and responses_budget_supported(cfg))
+
+
+def responses_budget_supported(cfg: DictConfig) -> bool:
+    """Whether the trainer implements a budget of sampled responses for this task (local trainer, single-turn)."""
+    return cfg.trainer.name == "local" and "multi_turn" not in task_supports(cfg.task.name)
+
+
+def initial_harness_path(cfg: DictConfig) -> Path:
+    """The harness folder the run starts from before the config's recipe knobs are set (harness.initial or the
+    task's built-in one)."""
+    from evotrainer.tasks import from_config
+
+    return Path(cfg.harness.initial) if cfg.harness.initial else Path(from_config(cfg.task).default_harness())
+
+
+def equal_compute_budget(cfg: DictConfig) -> dict[str, Any] | None:
+    """For the headline's runs: a ``search.budget_unit=steps`` config turned into the same budget in sampled
+    responses (steps_per_generation x prompts_per_step x group_size of the starting recipe), so that every slot of
+    every arm spends exactly that and no knob buys extra samples (contracts.ledger); None where the config
+    already budgets responses or tokens, or where only steps are implemented (trainer=verl, multi-turn tasks)."""
+    from evotrainer.contracts.harness import load_recipe
+
+    search = cfg.search
+    if search.budget_unit != "steps" or not responses_budget_supported(cfg):
+        return None
+    harness = initial_harness_path(cfg)
+    if not (harness / "recipe.yaml").is_file():
+        return None  # a missing initial harness is the init stage's error
+    recipe = load_recipe(harness) | starting_recipe(cfg)
+    return {"budget_unit": "responses",
+            "budget": int(search.steps_per_generation) * int(recipe["prompts_per_step"]) * int(recipe["group_size"])}
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -14,10 +14,16 @@ def _compute(responses: int) -> dict:
     return {"optimizer_steps": responses // 256, "sampled_responses": responses, "generated_tokens": 3 * responses}
 
 
+def _ledger(search: int, path: int = 6144, batch: int = 256) -> dict:
+    """A summary's ledger block (stages.summary.run_ledger) with the charges that matter here."""
+    return {"unit": "responses", "search": {"charged": search, "batch": batch}, "promoted_path": {"charged": path},
+            "fixed": {"baseline": {"charged": 6144}, "baseline_matched": {"charged": path}}}
+
+
 def _summary(run: str, evolved: float, **extra) -> dict:
     return {"run": run, "evolved_test_accuracy": evolved, "generations": [{"intervention": "x"}],
             "compute": {"promoted_path": _compute(6144), "whole_search": _compute(18432), "baseline": _compute(6144),
-                        "baseline_matched": _compute(6144)}} | extra
+                        "baseline_matched": _compute(6144)}, "ledger": _ledger(18432)} | extra
 
 
 def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
@@ -34,7 +40,7 @@ def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
             path = tmp_path / f"r-seed{s}-{arm}" / "summary.json"
             path.parent.mkdir()
             path.write_text(json.dumps(_summary(f"r-seed{s}-{arm}", values[s]) | {
-                "compute": {"whole_search": _compute(18000 + s)}}))
+                "compute": {"whole_search": _compute(18000 + s)}, "ledger": _ledger(18432 + 100 * s)}))
             arms.append(str(path))
     out = tmp_path / "headline.json"
     headline.run(mains, str(out), str(tmp_path / "headline.png"), arm_summaries=arms)
@@ -48,6 +54,38 @@ def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
     assert table["random"]["ci_low"] <= table["random"]["evolved_minus_arm"] <= table["random"]["ci_high"]
     assert result["per_seed"][1]["search_control"] == 0.41
     assert (tmp_path / "headline.png").stat().st_size > 5_000
+    # the ledger's charges: per arm and seed, and their means in the table (within one batch: compared)
+    assert result["refused"] == {} and result["unit"] == "responses"
+    assert table["random"]["charged"] == pytest.approx(18532) and table["evolved"]["search_charged"] == 18432
+    per = {(row["arm"], row["run"]): row for row in result["per_arm_seed"]}
+    assert per[("random", "r-seed2")] == {"arm": "random", "run": "r-seed2", "test_accuracy": 0.41, "charged": 18632}
+    assert per[("evolved", "r-seed0")]["charged"] == 6144 and per[("evolved_search", "r-seed0")]["charged"] == 18432
+
+
+def test_a_search_arm_charged_more_than_one_batch_apart_is_not_compared(tmp_path):
+    """Equal compute or no comparison: an arm whose whole search was charged more than one batch (256) away from
+    the evolved search's, in any seed, keeps its accuracy and its charge but gets no difference and no interval,
+    and says why; an arm with no ledger at all (a summary from before it) is refused too."""
+    mains, arms = [], []
+    for s in range(2):
+        main = tmp_path / f"r-seed{s}" / "summary.json"
+        main.parent.mkdir()
+        main.write_text(json.dumps(_summary(f"r-seed{s}", 0.5, baseline_test_accuracy=0.4)))
+        mains.append(str(main))
+        for arm, charged in (("tpe", 18432 + 256), ("random", 18432 + (257 if s else 0)), ("cmaes", None)):
+            path = tmp_path / f"r-seed{s}-{arm}" / "summary.json"
+            path.parent.mkdir()
+            record = _summary(f"r-seed{s}-{arm}", 0.45) | {"ledger": _ledger(charged) if charged else None}
+            path.write_text(json.dumps(record))
+            arms.append(str(path))
+    out = tmp_path / "headline.json"
+    headline.run(mains, str(out), str(tmp_path / "headline.png"), arm_summaries=arms)
+    result = json.loads(out.read_text())
+    table = {row["arm"]: row for row in result["arms"]}
+    assert "evolved_minus_arm" in table["tpe"] and "refused" not in table["tpe"]  # exactly one batch apart
+    assert "evolved_minus_arm" not in table["random"] and "257" in table["random"]["refused"]
+    assert "no compute ledger" in result["refused"]["cmaes"] and set(result["refused"]) == {"random", "cmaes"}
+    assert table["random"]["test_mean"] == pytest.approx(0.45)
 
 
 def test_a_missing_arm_run_is_named(tmp_path):

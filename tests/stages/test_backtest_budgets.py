@@ -91,3 +91,25 @@ def test_a_candidate_that_samples_more_than_the_budget_fails_and_the_control_doe
     m = _backtest(tmp_path, conf, tiny_policy, tmp_path / "backtest" / "wide", "wide", wide, steps=2)
     assert m["status"] == "failed" and m["failure_label"] == "backtest_over_budget", m
     assert "1024 responses" in m["error"]
+
+
+def test_every_slot_is_charged_its_full_budget_and_a_knob_buys_no_extra_samples(tmp_path, tiny_policy, splits):
+    """The compute ledger at the backtest (contracts.ledger): under a budget of 512 sampled responses the control
+    spends exactly 512 and is charged 512; a candidate that doubles the group spends the same 512 (fewer steps),
+    not more; a candidate that fails before training (a reward that does not import) is charged the full 512 all
+    the same. Under a steps budget the doubled group samples twice the slot's 4 x 32 x 8 and is charged that."""
+    conf = _world(tmp_path, splits, "search.budget_unit=responses", "search.budget=512")
+    doubled = unified_diff("recipe.yaml", RECIPE, set_recipe_values(RECIPE, {"group_size": 16}))
+    broken = unified_diff("reward.py", REWARD, REWARD.replace("import re\n", "import re\nimport not_a_module\n"))
+    control = _backtest(tmp_path, conf, tiny_policy, tmp_path / "b" / "control", "control", "")
+    group = _backtest(tmp_path, conf, tiny_policy, tmp_path / "b" / "group", "group", doubled)
+    failed = _backtest(tmp_path, conf, tiny_policy, tmp_path / "b" / "broken", "broken", broken)
+    assert control["charge"]["unit"] == "responses" and control["charge"]["budget"] == 512
+    assert control["charge"]["spent"] == control["charge"]["charged"] == 512
+    assert group["status"] == "ok" and group["charge"]["spent"] == group["charge"]["charged"] == 512
+    assert group["compute"]["optimizer_steps"] < control["compute"]["optimizer_steps"]
+    assert failed["status"] == "failed" and failed["charge"]["spent"] == 0 and failed["charge"]["charged"] == 512
+    (tmp_path / "steps").mkdir()
+    steps_conf = _world(tmp_path / "steps", splits)
+    by_steps = _backtest(tmp_path / "steps", steps_conf, tiny_policy, tmp_path / "steps" / "group", "group", doubled)
+    assert by_steps["charge"]["budget"] == 4 * 32 * 8 and by_steps["charge"]["charged"] == 4 * 32 * 16

@@ -11,7 +11,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 import evotrainer
-from evotrainer.config import SEED_RUN_ARMS, ConfigError, compose, overrides_from_snakemake, validate
+from evotrainer.config import (SEED_RUN_ARMS, ConfigError, compose, equal_compute_budget, matched_baseline_on,
+                               overrides_from_snakemake, responses_budget_supported, validate)
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
 from evotrainer.preflight import preflight_problems
@@ -97,29 +98,36 @@ MULTI_TURN = is_multi_turn(CFG.task.name)
 HEADLINE_RUNS = {seed_run(RUN, s): s for s in range(CFG.search.headline_seeds)}
 HEADLINE = run_layout(headline_run(RUN))  # where the headline comparison is written
 # Each seed learns from its own skill library (independent seeds); one shared library only when
-# skills.library_dir is set explicitly, which headline.json then records as shared.
+# skills.library_dir is set explicitly, which headline.json then records as shared. The headline compares arms
+# at equal compute (contracts.ledger): a steps budget becomes the same budget in sampled responses where the
+# trainer implements one (config.equal_compute_budget), so that no knob buys extra samples.
+EQUAL_BUDGET = equal_compute_budget(CFG)
+HEADLINE_SEARCH = {"budget_unit": EQUAL_BUDGET["budget_unit"], "budget": EQUAL_BUDGET["budget"]} if EQUAL_BUDGET else {}
 RUN_CONFIGS = {RUN: CFG} | {
     name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed, "skills": {
         "library_dir": CFG.skills.library_dir or str(run_layout(name).skill_library)},
-        # the headline also answers "at equal samples?" (local trainer: it implements the responses budget)
-        "search": {"baseline_matched": CFG.search.baseline_matched
-                   or ("fixed_matched" in CFG.search.headline_arms and CFG.trainer.name == "local"
-                       and not is_multi_turn(CFG.task.name))}}))
+        # the headline also answers "at the promoted path's charged responses?" (where the trainer can)
+        "search": HEADLINE_SEARCH | {"baseline_matched": "true" if matched_baseline_on(CFG) or (
+            "fixed_matched" in CFG.search.headline_arms and responses_budget_supported(CFG)) else "false"}}))
     for name, seed in HEADLINE_RUNS.items()
 }
-# The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py) proposing as
-# many candidates per generation as the loop's agent (agent.max_candidates; the user's extra candidates are not
-# counted: most fail validation untrained); no skills, no baselines of their own.
+# The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py, agents/tuners.py)
+# proposing as many candidates per generation as the loop's agent (agent.max_candidates; the user's extra
+# candidates are not theirs), charged the same ledger, each with an empty skill library of its own; no fixed-recipe
+# arms of their own.
 SEARCH_ARMS = tuple(arm for arm in CFG.search.headline_arms if arm not in SEED_RUN_ARMS)  # search.headline_arms
 ARM_RUNS = {arm_run(name, arm): (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
 ARM_LOOP = {arm_run(name, arm): name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
 RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
-        "run": name, "seed": seed, "skills": {"enabled": False},
+        "run": name, "seed": seed, "skills": {"enabled": True, "library_dir": str(run_layout(name).skill_library)},
         "agent": {"name": arm, "extra_candidates": None, "max_candidates": CFG.agent.max_candidates},
-        "search": {"baseline": False, "baseline_matched": False}}))
+        "search": HEADLINE_SEARCH | {"baseline": False, "baseline_matched": "false"}}))
     for name, (seed, arm) in ARM_RUNS.items()
 }
+if EQUAL_BUDGET and "headline" in sys.argv:
+    print(f"headline: every backtest of every arm spends search.budget={EQUAL_BUDGET['budget']} sampled responses "
+          "(search.budget_unit=steps in the config: the same budget in responses, contracts.ledger)", file=sys.stderr)
 
 
 
@@ -217,7 +225,7 @@ def baseline_inputs(wildcards):
     arms = {}
     if RUN_CONFIGS[wildcards.run].search.baseline:
         arms |= {"test": str(run.test_metrics("baseline")), "metrics": str(run.baseline("baseline").metrics)}
-    if RUN_CONFIGS[wildcards.run].search.baseline_matched:
+    if matched_baseline_on(RUN_CONFIGS[wildcards.run]):
         arms |= {"matched_test": str(run.test_metrics("baseline_matched")),
                  "matched_metrics": str(run.baseline("baseline_matched").metrics)}
     return arms

@@ -67,4 +67,4 @@ rule summary:
     shell:
         "{params.evo} summary --init-metrics {input.init} --selections {input.selections}"
         " --evolved-test {input.evolved} {params.baseline} --lineage {input.lineage}"
-        " --out-json {output.json} --out-md {output.md} > {log} 2>&1"
+        " --out-json {output.json} --out-md {output.md} --config {params.conf} > {log} 2>&1"

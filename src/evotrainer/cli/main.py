@@ -95,7 +95,7 @@ STAGES: dict[str, Command] = {
     "headline": Command("evotrainer.report.headline:run", ("summaries+", "arm-summaries+?", "out-json", "out-png")),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
                                                           "baseline-metrics?", "matched-test?", "matched-metrics?",
-                                                          "lineage>lineage_path", "out-json", "out-md")),
+                                                          "lineage>lineage_path", "out-json", "out-md", "config?>config_path")),
 }
 
 # the commands people type

@@ -60,6 +60,7 @@ SCHEMA = pa.schema(
         ("error", pa.string()),
         ("evidence", pa.string()),  # JSON: the validity gates' results or the diagnostic backtest's
         ("compute", pa.string()),  # JSON: the backtest's compute (responses, tokens, steps, seconds)
+        ("charge", pa.string()),  # JSON: what the slot was charged (contracts.ledger: budget, spent, charged)
         ("recorded_at", pa.float64()),
     ]
 )

@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from scipy.stats import bootstrap, trim_mean  # noqa: E402
 
 from evotrainer.atomic import atomic_path, write_json  # noqa: E402
+from evotrainer.contracts import ledger  # noqa: E402
 from evotrainer.layout import RunLayout, arm_run  # noqa: E402
 
 GOAL_POINTS = 0.05
@@ -117,7 +118,7 @@ def _skill_library(summary: Path) -> str | None:
 
 ARMS = {  # arm -> (what it is, the compute record that paid for it)
     "baseline": ("fixed recipe, equal optimizer steps", "baseline"),
-    "baseline_matched": ("fixed recipe, equal sampled responses to the promoted path", "baseline_matched"),
+    "baseline_matched": ("fixed recipe, the promoted path's charged responses", "baseline_matched"),
     "search_control": ("unchanged harness, same backtests and val selection (other seeds)", "whole_search"),
     "random": ("random single-knob recipe search, same backtests and val selection", "whole_search"),
     "tpe": ("Optuna TPE over the recipe's knob space, same backtests and val selection", "whole_search"),
@@ -126,24 +127,63 @@ ARMS = {  # arm -> (what it is, the compute record that paid for it)
 
 
 def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
-              prompt_diffs: dict[str, list[np.ndarray] | None] | None = None) -> list[dict]:
+              prompt_diffs: dict[str, list[np.ndarray] | None] | None = None,
+              charged: dict[str, list[int | None]] | None = None, refused: dict[str, str] | None = None) -> list[dict]:
     """One row per arm: test accuracy over the seeds, the evolved arm's difference to it (paired bootstrap,
-    two-level where ``prompt_diffs`` has the arm), and the mean compute that bought it."""
+    two-level where ``prompt_diffs`` has the arm), and the mean compute that bought it: sampled responses and
+    the ledger's charge (``charged``: arm -> per seed). A search arm in ``refused`` (its charged total is not
+    the evolved search's) gets the reason and no difference."""
+    charged, refused = charged or {}, refused or {}
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     table = [{"arm": "evolved", "what": "EvoTrainer: the promoted path", "test_mean": float(evolved.mean()),
               "test_iqm": float(trim_mean(evolved, 0.25)), "sampled_responses": _mean_compute(rows, "promoted_path"),
-              "search_sampled_responses": _mean_compute(rows, "whole_search")}]
+              "search_sampled_responses": _mean_compute(rows, "whole_search"),
+              "charged": _mean(charged.get("evolved")), "search_charged": _mean(charged.get("evolved_search"))}]
     for arm, values in arms.items():
         if any(v is None for v in values):
             continue
         acc = np.array(values, dtype=float)
-        diff = analyse(evolved, acc, prompt_diffs=(prompt_diffs or {}).get(arm))
         what, record = ARMS.get(arm, (f"the same loop with agent={arm} proposing, same backtests and val selection",
                                       "whole_search"))
-        table.append({"arm": arm, "what": what, "test_mean": float(acc.mean()), "test_iqm": float(trim_mean(acc, 0.25)),
-                      "evolved_minus_arm": diff["difference_mean"], "ci_low": diff["ci_low"], "ci_high": diff["ci_high"],
-                      "interval": diff["interval"], "sampled_responses": _mean_compute(rows, record, arm)})
+        row = {"arm": arm, "what": what, "test_mean": float(acc.mean()), "test_iqm": float(trim_mean(acc, 0.25)),
+               "sampled_responses": _mean_compute(rows, record, arm), "charged": _mean(charged.get(arm))}
+        if arm in refused:
+            table.append(row | {"refused": refused[arm]})
+            continue
+        diff = analyse(evolved, acc, prompt_diffs=(prompt_diffs or {}).get(arm))
+        table.append(row | {"evolved_minus_arm": diff["difference_mean"], "ci_low": diff["ci_low"],
+                            "ci_high": diff["ci_high"], "interval": diff["interval"]})
     return table
+
+
+def _mean(values: list | None) -> float | None:
+    return None if not values or any(v is None for v in values) else float(np.mean(values))
+
+
+def _charge(summary: dict, *path: str) -> int | None:
+    """A summary's ledger entry ``path`` (its ``charged``), None in a summary written before the ledger."""
+    node = summary.get("ledger")
+    for key in path:
+        node = (node or {}).get(key)
+    return None if node is None or node.get("charged") is None else int(node["charged"])
+
+
+def refusals(rows: list[dict], found: dict[str, list[dict]]) -> dict[str, str]:
+    """The search arms whose whole search was not charged what the evolved loop's was (per seed, within one
+    batch): the headline does not compare them."""
+    out = {}
+    for arm, summaries in found.items():
+        for r, s in zip(rows, summaries, strict=True):
+            mine, theirs = _charge(r, "search"), _charge(s, "search")
+            if mine is None or theirs is None:
+                out[arm] = f"{s['run']} or {r['run']} has no compute ledger (summaries written before it): rerun them"
+                break
+            tolerance = max(int(r["ledger"]["search"].get("batch") or 0), int(s["ledger"]["search"].get("batch") or 0))
+            problem = ledger.unequal({r["run"]: mine, s["run"]: theirs}, tolerance)
+            if problem:
+                out[arm] = f"not equal compute: {problem}"
+                break
+    return out
 
 
 def _mean_compute(rows: list[dict], record: str, arm: str | None = None) -> float | None:
@@ -180,16 +220,26 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
                "baseline_matched": [per_prompt_correct(d, "baseline_matched") for d in seed_dirs]}
     arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
                              "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows]}
+    charged = {"evolved": [_charge(r, "promoted_path") for r in rows],
+               "evolved_search": [_charge(r, "search") for r in rows],
+               "baseline": [_charge(r, "fixed", "baseline") for r in rows],
+               "baseline_matched": [_charge(r, "fixed", "baseline_matched") for r in rows]}
+    search_arms = {}
     for arm in _agent_arms(rows, by_run):
         found = [by_run.get(arm_run(r["run"], arm)) for r in rows]
         if any(found):
             missing = [r["run"] for r, s in zip(rows, found, strict=True) if s is None]
             if missing:
                 raise ValueError(f"the {arm} arm has no run for seed run(s) {missing}")
+            search_arms[arm] = found
             arms[arm] = [s["evolved_test_accuracy"] for s in found]
+            charged[arm] = [_charge(s, "search") for s in found]
             correct[arm] = [per_prompt_correct(arm_dirs[s["run"]], "evolved") for s in found]
             for r, s in zip(rows, found, strict=True):
                 r.setdefault("arm_compute", {})[arm] = s["compute"]["whole_search"]
+    refused = refusals(rows, search_arms)
+    for arm, reason in refused.items():
+        print(f"headline: the {arm} arm is not compared: {reason}")
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     baseline = np.array(arms["baseline"])
     diffs = {arm: paired_prompt_diffs(correct["evolved"], correct[arm]) for arm in arms if arm in correct}
@@ -204,7 +254,15 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
         # the same comparison against the fixed recipe given as many sampled responses as the promoted path
         "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float), prompt_diffs=diffs.get("baseline_matched"))
                                 if all(m is not None for m in matched) else None),
-        "arms": arm_table(rows, arms, diffs),
+        "arms": arm_table(rows, arms, diffs, charged, refused),
+        "refused": refused,
+        "unit": next((r["ledger"]["unit"] for r in rows if r.get("ledger")), None),
+        # per arm and seed: test accuracy and the ledger's charge (search arms: their whole search; the fixed
+        # arms: their own training; evolved: the promoted path, and its whole search as evolved_search)
+        "per_arm_seed": [{"arm": arm, "run": r["run"], "test_accuracy": arms[arm][i] if arm in arms else
+                          r["evolved_test_accuracy"], "charged": charged[arm][i]}
+                         for arm in charged for i, r in enumerate(rows)
+                         if (arm in arms and arms[arm][i] is not None) or arm.startswith("evolved")],
         # seeds are independent only if no two learnt from the same skill library
         "shared_skill_library": len({lib for lib in libraries if lib}) < len([lib for lib in libraries if lib]),
         "compute_mean": {arm: {key: float(np.mean([r["compute"][arm][key] for r in rows]))
@@ -220,15 +278,20 @@ def _plot(result: dict, rows: list[dict], out_png: str) -> None:
     """Test accuracy per arm and seed (lines join a seed's arms), the arms' mean compute under their names."""
     order = [row for row in result["arms"] if row["arm"] != "evolved"] + [result["arms"][0]]
     colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "search_control": "#1565c0", "random": "#6a1b9a",
-               "evolved": "#2e7d32"}
+               "tpe": "#00838f", "cmaes": "#c2185b", "evolved": "#2e7d32"}
     fig, ax = plt.subplots(figsize=(1.6 * len(order) + 2, 4))
     values = {row["arm"]: [seed[row["arm"]] for seed in result["per_seed"]] for row in order}
     for i in range(len(rows)):
         ax.plot(range(len(order)), [values[row["arm"]][i] for row in order], "-", color="#ccc", lw=1)
     for x, row in enumerate(order):
-        ax.plot([x] * len(rows), values[row["arm"]], "o", color=colours[row["arm"]])
-    labels = [f"{row['arm']}\n{row['sampled_responses'] or 0:,.0f} resp."
-              + (f"\n(search {row['search_sampled_responses']:,.0f})" if row.get("search_sampled_responses") else "")
+        ax.plot([x] * len(rows), values[row["arm"]], "o" if "refused" not in row else "x",
+                color=colours.get(row["arm"], "#455a64"))
+    unit = result.get("unit") or "responses"
+    labels = [f"{row['arm']}" + (" (not compared)" if "refused" in row else "")
+              + (f"\ncharged {row['charged']:,.0f} {unit}" if row.get("charged") is not None
+                 else f"\n{row['sampled_responses'] or 0:,.0f} resp.")
+              + (f"\n(search {row['search_charged']:,.0f})" if row.get("search_charged") is not None
+                 else f"\n(search {row['search_sampled_responses']:,.0f})" if row.get("search_sampled_responses") else "")
               for row in order]
     ax.set_xticks(range(len(order)), labels, fontsize=8)
     ax.set_xlim(-0.5, len(order) - 0.5)

@@ -50,7 +50,7 @@ from pathlib import Path
 from evotrainer import runtime, supervisor, tracking
 from evotrainer.atomic import copy_tree, read_json, write_json, write_parquet
 from evotrainer.backends import TrainJob
-from evotrainer.contracts import evidence
+from evotrainer.contracts import evidence, ledger
 from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import RunLayout, TrainingRunLayout
@@ -105,9 +105,11 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     track = tracking_spec(cfg, out, generation, proposal["candidate_id"], candidate_dir, split_name)
     tracking.require(track.loggers)  # a missing library: one line, before anything trains
     track.clear()  # this backtest run again replaces its curves
+    slot = slot_budget(cfg, parent_harness, steps, seeds, match_lineage)
 
-    def failed(label: str, error: str, **extra) -> None:
-        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": label, "error": error} | extra)
+    def failed(label: str, error: str, **extra) -> None:  # a failed slot is charged in full (contracts.ledger)
+        write_json(out / "metrics.json", base | {"status": "failed", "failure_label": label, "error": error,
+                                                 "charge": ledger.charge(slot, *spent_on_disk(out, seeds))} | extra)
 
     validation = proposal.get("validation", {"ok": True})
     if not validation["ok"]:
@@ -117,7 +119,8 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         result = replayed["diagnostic_backtest"]
         write_json(out / "metrics.json", base | {
             "status": "registered" if result["registered"] else "failed", "failure_label": result["failure_label"],
-            "error": None if result["registered"] else result["reason"], "diagnostic_backtest": result})
+            "error": None if result["registered"] else result["reason"], "diagnostic_backtest": result,
+            "charge": ledger.charge(slot)})
         return None
     if replayed["status"] == "rejected":  # the replay showed it cannot work: no training
         return failed(replayed["failure_label"], f"rejected at replay: {replayed['reason']}")
@@ -184,6 +187,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         "compute": {key: sum(m["compute"][key] for m in per_seed) for key in per_seed[0]["compute"]},
         "budget": budget.as_dict(),
     }
+    metrics["charge"] = ledger.charge(slot, metrics["compute"]["sampled_responses"], metrics["compute"]["generated_tokens"])
     with tracking.Tracker(track) as tracker:
         tracker.log({f"{split_name}/accuracy": metrics[f"{split_name}_accuracy"],
                      f"{split_name}/reward_mean": sum(m[f"{split_name}_reward_mean"] for m in per_seed) / seeds}, step=steps)
@@ -296,6 +300,35 @@ def check_training(job: TrainJob, usage: dict, spent: dict, budget: Budget, *, l
             raise TrainingFailed(failure[1], failure[0])
 
 
+def slot_budget(cfg, parent_harness: str, steps: int, seeds: int, match_lineage: str | None = None) -> dict:
+    """This backtest's nominal budget in the ledger's unit (contracts.ledger), all seeds: the configured budget
+    (or, in steps, steps x the parent recipe's batch), or for the equal-samples arm what the promoted path
+    sampled per seed."""
+    recipe = load_recipe(parent_harness)
+    if match_lineage:
+        matched = matched_budget(cfg, match_lineage)
+        return {"unit": ledger.unit_of(matched["budget_unit"]), "budget": matched["budget"] * seeds,
+                "batch": ledger.batch_size(recipe, ledger.unit_of(matched["budget_unit"]))}
+    return ledger.slot_budget(budget_unit=cfg.search.budget_unit, budget=cfg.search.budget, steps=steps,
+                              steps_per_generation=cfg.search.steps_per_generation, recipe=recipe, seeds=seeds)
+
+
+def spent_on_disk(out: Path, seeds: int) -> tuple[int, int]:
+    """Sampled responses and generated tokens of the seeds' training logs that exist (a failed backtest's
+    partial training counts; none where it never trained)."""
+    import pandas as pd
+
+    responses = tokens = 0
+    for index in range(seeds):
+        try:
+            log = pd.read_parquet(TrainingRunLayout(out).seed(index).dir / "train_log.parquet")
+        except (OSError, ValueError):
+            continue
+        responses += int(log["samples_generated"].clip(lower=0).sum()) if "samples_generated" in log else 0
+        tokens += int(log["generated_tokens"].clip(lower=0).sum()) if "generated_tokens" in log else 0
+    return responses, tokens
+
+
 def compute_budget(cfg, steps: int) -> dict:
     """A job's budget in the configured unit: ``search.budget`` per generation's worth of steps (a backtest
     gets one, the baseline ``generations`` of them)."""
@@ -306,12 +339,12 @@ def compute_budget(cfg, steps: int) -> dict:
 
 
 def matched_budget(cfg, lineage_path: str) -> dict:
-    """What the promoted path sampled per training seed (its backtests' compute records): generated tokens
-    when the search budgets tokens, else sampled responses."""
+    """What the promoted path was charged per training seed (contracts.ledger; its backtests' charge records):
+    generated tokens when the search budgets tokens, else sampled responses."""
     from evotrainer.contracts import lineage
 
-    unit, key = ("tokens", "generated_tokens") if cfg.search.budget_unit == "tokens" else ("responses", "sampled_responses")
-    spent = lineage.arm_compute(lineage.read(lineage_path), None)["promoted_path"][key]
+    unit = "tokens" if cfg.search.budget_unit == "tokens" else "responses"
+    spent = ledger.promoted_path_charge(lineage.read(lineage_path))["charged"]
     if spent <= 0:
         raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
     return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}

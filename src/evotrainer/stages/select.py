@@ -91,6 +91,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
             "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
             "verdict": verdict, "failure_label": label, "recorded_at": time.time(),
             "compute": json.dumps(m.get("compute")) if m.get("compute") else None,
+            "charge": json.dumps(m.get("charge")) if m.get("charge") else None,
             "evidence": json.dumps(m["diagnostic_backtest"] if "diagnostic_backtest" in m else gate_results.get(cid),
                                    default=str),
             "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes[cid]) if vetoes.get(cid) else None),

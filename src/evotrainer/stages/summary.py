@@ -1,18 +1,28 @@
-"""Stage `summary`: one table of the run (val per generation, test of evolved vs baseline) and what each
+"""Stage `summary`: one table of the run (val per generation, test of evolved vs the fixed recipe) and what each
 arm cost: the promoted path (the backtests whose policies were promoted), the whole search (every
-backtest, candidates and controls) and the baseline."""
+backtest, candidates and controls) and the fixed-recipe arms. The ledger (contracts.ledger) charges every slot
+its full budget; the test comparison it leads with is the fixed recipe at the promoted path's charged
+responses (``baseline_matched``), where the run has that arm; the equal-steps one follows, labelled."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from evotrainer.atomic import read_json, write_json, write_text
-from evotrainer.contracts import lineage
+from evotrainer.contracts import ledger, lineage
+from evotrainer.layout import RunLayout
+
+FIXED_ARMS = {  # fixed-recipe arm -> what its budget is, as reports label it
+    "baseline": "fixed recipe, equal optimizer steps",
+    "baseline_matched": "fixed recipe, the promoted path's charged responses",
+}
 
 
 def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_test: str | None,
         baseline_metrics: str | None, lineage_path: str, out_json: str, out_md: str,
-        matched_test: str | None = None, matched_metrics: str | None = None) -> None:
+        matched_test: str | None = None, matched_metrics: str | None = None, config_path: str | None = None) -> None:
     init = read_json(init_metrics)
     gens = [read_json(s) for s in selections]
     evolved = read_json(evolved_test)
@@ -40,18 +50,89 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         "verdicts": table["verdict"].value_counts().to_dict(),
         "compute": lineage.arm_compute(table, baseline_record, matched_record) | {
             "evaluation": {"evolved_test": evolved.get("compute"), "baseline_test": (baseline or {}).get("compute")}},
+        "ledger": run_ledger(table, Path(out_json).parent, config_path, {
+            "baseline": (baseline_record, baseline), "baseline_matched": (matched_record, matched)}, evolved),
     }
+    summary["comparison"] = comparisons(summary)
     write_json(out_json, summary)
     lines = [f"# EvoTrainer run `{summary['run']}`", "", f"SFT warm start: val accuracy {init['val_accuracy']:.3f}", "",
              "| generation | promoted | intervention | val acc | control val acc |", "|---|---|---|---|---|"]
     lines += [f"| {g['generation']} | {g['promoted']} | {g['intervention']} | {g['val_accuracy']:.3f} | "
               f"{g['control_val_accuracy']:.3f} |" for g in summary["generations"]]
-    lines += ["", f"**Test accuracy** — evolved: {summary['evolved_test_accuracy']:.3f}"
-              + (f"; baseline (initial harness, same steps): {summary['baseline_test_accuracy']:.3f}" if baseline else "")
-              + (f"; baseline at equal sampled responses: {matched['test_accuracy']:.3f}" if matched else ""),
-              "", f"Candidates tried: {summary['candidates_tried']} ({summary['verdicts']}). "
+    book = summary["ledger"]
+    lines += ["", f"**Test accuracy** — evolved: {summary['evolved_test_accuracy']:.3f} (promoted path charged "
+              f"{book['promoted_path']['charged']:,} {book['unit']}; whole search {book['search']['charged']:,})"]
+    lines += [f"- vs {c['label']} ({c['arm']}, charged {c['arm_charged']:,} {book['unit']}): "
+              f"{c['arm_test_accuracy']:.3f}, evolved {c['difference']:+.3f}" for c in summary["comparison"]]
+    lines += ["", f"Candidates tried: {summary['candidates_tried']} ({summary['verdicts']}). "
               f"Lineage: `{Path(lineage_path)}`.", "", "| arm | optimizer steps | sampled responses | generated tokens | "
               "trained tokens | train s |", "|---|---|---|---|---|---|"]
     lines += [f"| {arm} | {c['optimizer_steps']} | {c['sampled_responses']} | {c['generated_tokens']} | {c['trained_tokens']} | "
               f"{c['train_wall_s']:.0f} |" for arm, c in summary["compute"].items() if arm != "evaluation"]
     write_text(out_md, "\n".join(lines))
+
+
+def run_ledger(table, run_dir: Path, config_path: str | None, fixed: dict, evolved: dict) -> dict:
+    """The run's compute ledger (contracts.ledger): the whole search and the promoted path as charged, each
+    fixed-recipe arm's charge, and the auxiliary columns that are reported but never charged."""
+    slots = 1 + (_max_candidates(config_path) if config_path else 0)
+    search = ledger.search_charge(table, slots) if len(table) else {"unit": "responses", "charged": 0, "slots": 0}
+    arms = {arm: {"label": FIXED_ARMS[arm], **(record.get("charge") or {}),
+                  "test_accuracy": (test or {}).get("test_accuracy")}
+            for arm, (record, test) in fixed.items() if record is not None}
+    return {"unit": search["unit"], "slots_per_generation": slots, "search": search,
+            "promoted_path": ledger.promoted_path_charge(table), "fixed": arms,
+            "auxiliary": auxiliary(table, run_dir, evolved, [test for _, test in fixed.values()])}
+
+
+def _max_candidates(config_path: str) -> int:
+    from evotrainer.stages.common import config
+
+    return int(config(config_path).agent.max_candidates)
+
+
+def auxiliary(table, run_dir: Path, evolved: dict, fixed_tests: list[dict | None]) -> dict:
+    """What the run spent outside its training slots: the rollout stage's evidence, the backtests' exit
+    rollouts, val and test scoring; the training CPU seconds; the agent's tokens, cost and seconds."""
+    computes = [ledger.as_record(c) or {} for c in table["compute"]] if len(table) else []
+    run = RunLayout(run_dir)
+    agent = {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "calls": 0}
+    for path in run.find("agent_calls"):
+        calls = pq.read_table(path, columns=["input_tokens", "output_tokens", "cache_read_tokens",
+                                             "cache_creation_tokens", "cost_usd", "latency_s"]).to_pandas()
+        agent["tokens"] += int(calls[["input_tokens", "output_tokens", "cache_read_tokens",
+                                      "cache_creation_tokens"]].fillna(0).to_numpy().sum())
+        agent["cost_usd"] += float(calls["cost_usd"].fillna(0).sum())
+        agent["seconds"] += float(calls["latency_s"].fillna(0).sum())
+        agent["calls"] += len(calls)
+    return {
+        "rollout_responses": sum(_rows(p) for p in run.find("rollouts")),
+        "exit_responses": sum(_rows(p) for p in run.root.glob("gen*/backtest/**/exit_rollouts.parquet")),
+        "val_responses": ledger.sum_records(computes, "eval_responses"),
+        "test_responses": sum(int(((t or {}).get("compute") or {}).get("eval_responses") or 0)
+                              for t in [evolved, *fixed_tests]),
+        "train_cpu_s": round(sum(float(c.get("train_cpu_s") or 0.0) for c in computes), 1),
+        "agent": agent,
+    }
+
+
+def _rows(path: Path) -> int:
+    try:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except (OSError, ValueError):
+        return 0
+
+
+def comparisons(summary: dict) -> list[dict]:
+    """Evolved against each fixed-recipe arm the run has, at equal charged responses first (the promoted
+    path's budget), then at equal optimizer steps; each with both arms' charges."""
+    book, out = summary["ledger"], []
+    for arm in ("baseline_matched", "baseline"):
+        fixed = book["fixed"].get(arm)
+        if not fixed or fixed.get("test_accuracy") is None:
+            continue
+        out.append({"arm": arm, "label": fixed["label"], "arm_test_accuracy": fixed["test_accuracy"],
+                    "arm_charged": int(fixed.get("charged") or 0),
+                    "evolved_charged": int(book["promoted_path"]["charged"]),
+                    "difference": summary["evolved_test_accuracy"] - fixed["test_accuracy"]})
+    return out
