@@ -329,7 +329,7 @@ class BacktestBudgetConf:
 
 # `search.headline_arms`: the arms of the seed runs themselves (the loop, the fixed recipe at equal steps and at equal
 # sampled responses) and the agent arms, each its own loop run per seed with that agent proposing
-SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched")
+SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched", "fixed_search")  # arms of the seed runs themselves
 AGENT_ARMS = ("search_control", "random", "tpe", "cmaes")  # tpe, cmaes: Optuna tuners (agents/tuners.py)
 DEFAULT_HEADLINE_ARMS = (*SEED_RUN_ARMS, *AGENT_ARMS)
 
@@ -363,6 +363,9 @@ class SearchConf:
     # trainer implements a responses budget (local trainer, single-turn task); true | false (matched_baseline_on)
     baseline_matched: str = satisfies("auto", test=lambda v: str(v).lower() in ("auto", "true", "false"),
                                       allowed="auto, true or false")
+    # also the fixed recipe trained for the whole search's budget: generations x (1 + agent.max_candidates) x seeds
+    # slots (on in `snakemake headline` with the fixed_search arm)
+    baseline_search: bool = False
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
     selection: str = one_of("bootstrap", "greedy", "bootstrap")
@@ -742,6 +745,12 @@ def _check_verl_multi_turn(cfg: DictConfig) -> None:
         check_multi_turn_for_verl(recipe, load_env(harness), where=str(harness))
     except HarnessError as err:
         raise ConfigError(f"config: trainer=verl with task={cfg.task.name}: {err}") from err
+
+
+def search_slots(cfg: DictConfig) -> int:
+    """Backtest slots a generation of the search pays for, all training seeds (contracts.ledger): the control and
+    the agent's candidates, each under ``search.seeds`` seeds."""
+    return (1 + int(cfg.agent.max_candidates)) * int(cfg.search.seeds)
 
 
 def matched_baseline_on(cfg: DictConfig) -> bool:

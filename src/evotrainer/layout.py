@@ -159,7 +159,7 @@ TEMPLATES: dict[str, str] = {
 FIELDS: dict[str, str] = {
     "g": r"\d+",
     "cid": r"[\w-]+",
-    "arm": r"evolved|baseline_matched|baseline",
+    "arm": r"evolved|baseline_matched|baseline_search|baseline",
     "stage": r"diagnosis|propose|backtest|select",
     "split": r"\w+",
     "s": r"\d+",

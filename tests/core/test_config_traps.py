@@ -294,7 +294,8 @@ def test_a_results_dir_the_rules_cannot_pass_to_a_shell_is_refused():
 
 @pytest.mark.fast
 def test_headline_arms_are_named_and_checked():
-    assert list(compose([]).search.headline_arms) == ["evolved", "fixed", "fixed_matched", "search_control", "random"]
+    assert list(compose([]).search.headline_arms) == ["evolved", "fixed", "fixed_matched", "fixed_search",
+                                                      "search_control", "random"]
     assert list(compose(["search.headline_arms=[evolved,fixed,random]"]).search.headline_arms) == [
         "evolved", "fixed", "random"]
     with pytest.raises(ConfigError, match=r"'search.headline_arms' names 'randon'.*did you mean 'random'"):

@@ -17,7 +17,8 @@ def _compute(responses: int) -> dict:
 def _ledger(search: int, path: int = 6144, batch: int = 256) -> dict:
     """A summary's ledger block (stages.summary.run_ledger) with the charges that matter here."""
     return {"unit": "responses", "search": {"charged": search, "batch": batch}, "promoted_path": {"charged": path},
-            "fixed": {"baseline": {"charged": 6144}, "baseline_matched": {"charged": path}}}
+            "fixed": {"baseline": {"charged": 6144}, "baseline_matched": {"charged": path},
+                      "baseline_search": {"charged": search}}}
 
 
 def _summary(run: str, evolved: float, **extra) -> dict:
@@ -34,7 +35,8 @@ def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
         main = tmp_path / f"r-seed{s}" / "summary.json"
         main.parent.mkdir()
         main.write_text(json.dumps(_summary(f"r-seed{s}", evolved[s], baseline_test_accuracy=baseline[s],
-                                            baseline_matched_test_accuracy=matched[s])))
+                                            baseline_matched_test_accuracy=matched[s],
+                                            baseline_search_test_accuracy=0.47)))
         mains.append(str(main))
         for arm, values in (("search_control", control), ("random", random)):
             path = tmp_path / f"r-seed{s}-{arm}" / "summary.json"
@@ -46,7 +48,9 @@ def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
     headline.run(mains, str(out), str(tmp_path / "headline.png"), arm_summaries=arms)
     result = json.loads(out.read_text())
     table = {row["arm"]: row for row in result["arms"]}
-    assert list(table) == ["evolved", "baseline", "baseline_matched", "search_control", "random"]
+    assert list(table) == ["evolved", "baseline", "baseline_matched", "baseline_search", "search_control", "random"]
+    assert table["baseline_search"]["what"] == "fixed recipe, the whole search's budget"
+    assert table["baseline_search"]["charged"] == 18432 and table["baseline_matched"]["charged"] == 6144
     assert table["baseline"]["evolved_minus_arm"] == pytest.approx(sum(evolved) / 3 - sum(baseline) / 3)
     assert table["search_control"]["evolved_minus_arm"] == pytest.approx((0.02 - 0.01 + 0.02) / 3)
     assert table["random"]["sampled_responses"] == pytest.approx(18001)  # the arm's own whole search

@@ -12,6 +12,7 @@ import time
 
 import pandas as pd
 import pytest
+import yaml
 
 from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts.harness import load_recipe
@@ -221,6 +222,30 @@ def test_report_has_every_section(finished_run):
     assert table.loc["promoted path", "test accuracy"] == summary["evolved_test_accuracy"]
 
 
+def test_the_ledger_charges_every_slot_its_full_budget(finished_run):
+    """The shared run budgets 3,072 responses per backtest and training seed (2 seeds): every slot, the planted
+    candidates that failed validation, replay or a gate included, is charged 6,144; the whole search is the
+    slots times that; the equal-charged-responses arm got the promoted path's charge per seed, and the summary
+    and the report lead with that comparison, each arm's charge beside its accuracy."""
+    from tests.e2e import BUDGET
+
+    summary = json.loads((finished_run / "summary.json").read_text())
+    table = lineage.read(finished_run / "lineage.parquet")
+    charges = [json.loads(c) for c in table["charge"]]
+    assert {c["charged"] for c in charges} == {2 * BUDGET} and {c["unit"] for c in charges} == {"responses"}
+    assert any(c["spent"] == 0 for c in charges)  # failed before training, charged in full all the same
+    book = summary["ledger"]
+    assert book["search"]["charged"] == 2 * BUDGET * (len(table) + book["search"]["unused_slots"])
+    assert book["promoted_path"]["charged"] == 2 * 2 * BUDGET  # two generations' promoted (or kept) slots
+    assert book["fixed"]["baseline_matched"]["charged"] == book["promoted_path"]["charged"] // 2  # per training seed
+    assert [c["arm"] for c in summary["comparison"]] == ["baseline_matched", "baseline"]
+    aux = book["auxiliary"]
+    assert min(aux["rollout_responses"], aux["exit_responses"], aux["val_responses"], aux["test_responses"]) > 0
+    page = (finished_run / "report.html").read_text()
+    assert "fixed recipe, equal charged responses" in page and "charged" in page
+    assert "vs fixed recipe, the promoted path's charged responses" in (finished_run / "summary.md").read_text()
+
+
 def test_cli_commands_on_a_finished_run(finished_run):
     workdir = finished_run.parents[1]
     for args, expected in [
@@ -240,54 +265,60 @@ def test_cli_commands_on_a_finished_run(finished_run):
     assert result.returncode == 1 and "missing required column(s) ['reward']" in result.stdout
 
 
-def test_headline_target_compares_every_arm_over_seeds(tmp_path):
-    """`snakemake headline` in a workdir of its own, sized down (1 generation, 1 candidate, 1 training seed):
-    per seed the loop, both fixed-recipe baselines and the search-control and random-search loops."""
-    budget = 6 * 32 * 8  # 6 steps of the quick recipe
-    cheap = ["experiment=quick", "search__headline_seeds=2", "search__generations=1", "agent__max_candidates=1",
-             "search__steps_per_generation=6", "policy__sft__max_steps=60",
-             "overrides=[task.sizes.train=600,task.sizes.val=60,task.sizes.test=60,task.sizes.probe=16,"
-             "policy.sft.eval_prompts=60]",
-             "search__budget_unit=responses", f"search__budget={budget}"]
+def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_same_trials(tmp_path):
+    """`snakemake headline --config experiment=headline_smoke` in a workdir of its own: one seed, two generations of
+    two candidates, every arm (the loop; the fixed recipe at equal steps, at the promoted path's charged responses
+    and at the whole search's budget; search_control, random, TPE and CMA-ES loops). Every search arm is charged
+    exactly the evolved search's total (every slot its 1,024 responses), headline.json lists each arm's test
+    accuracy and charge, and proposing a tuner's generation 1 again (a resumed run) asks the same trials."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--cores", "2", "headline", "--config", *cheap]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+           "--cores", "2", "headline", "--config", "experiment=headline_smoke"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = tmp_path / "results"
     headline = json.loads((results / "default-headline" / "headline.json").read_text())
-    assert headline["seeds"] == 2 and len(headline["per_seed"]) == 2
-    assert {"difference_mean", "difference_iqm", "ci_low", "ci_high", "goal_met"} <= set(headline)
-    # independent seeds: each learnt from its own skill library; compute per arm beside the accuracies
-    libraries = [seed["skill_library"] for seed in headline["per_seed"]]
-    assert headline["shared_skill_library"] is False and len(set(libraries)) == 2
-    assert all(lib.endswith(f"{seed['run']}/skill_library") for lib, seed in zip(libraries, headline["per_seed"], strict=True))
+    assert headline["seeds"] == 1 and headline["unit"] == "responses" and headline["refused"] == {}
     table = {row["arm"]: row for row in headline["arms"]}
-    assert list(table) == ["evolved", "baseline", "baseline_matched", "search_control", "random"]
-    for arm, row in table.items():
-        assert 0 <= row["test_mean"] <= 1 and row["sampled_responses"] > 0, arm
-    # every loop arm ran the same backtests: control + 1 candidate, each on exactly its budget
-    for arm in ("search_control", "random"):
-        for s in (0, 1):
-            run = results / f"default-seed{s}-{arm}"
-            proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
-            assert proposal["agent"] == arm
-            metrics = json.loads((run / "gen0" / "backtest" / "c1" / "metrics.json").read_text())
-            if arm == "search_control":  # the parent harness under another seed: same harness, other numbers
-                assert proposal["seed_offset"] == 1 and metrics["harness_id"] == json.loads(
-                    (run / "gen0" / "backtest" / "control" / "metrics.json").read_text())["harness_id"]
-            if metrics["status"] == "ok":
-                assert metrics["compute"]["sampled_responses"] == budget
-            assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
-            # an arm starts from its seed's loop start, copied (rule share_init), not a second SFT
-            loop = results / f"default-seed{s}"
-            assert (run / "benchmarks" / "share_init.tsv").exists() and not (run / "benchmarks" / "init.tsv").exists()
-            assert json.loads((run / "init" / "metrics.json").read_text()) == json.loads(
-                (loop / "init" / "metrics.json").read_text())
-            assert pd.read_parquet(run / "data" / "val.parquet").equals(pd.read_parquet(loop / "data" / "val.parquet"))
-            # so generation 0's control, the same harness, policy and seed, trains to the loop's numbers
-            control = json.loads((run / "gen0" / "backtest" / "control" / "metrics.json").read_text())
-            loop_control = json.loads((loop / "gen0" / "backtest" / "control" / "metrics.json").read_text())
-            assert control["val_accuracy"] == loop_control["val_accuracy"]
+    search_arms = ("search_control", "random", "tpe", "cmaes")
+    assert list(table) == ["evolved", "baseline", "baseline_matched", "baseline_search", *search_arms]
+    slots = 2 * (1 + 2)  # generations x (control + 2 candidates), one training seed
+    for arm in search_arms:  # equal charged totals: exactly, since a responses budget is met exactly
+        assert table[arm]["charged"] == table["evolved"]["search_charged"] == slots * 1024, arm
+        assert "evolved_minus_arm" in table[arm] and 0 <= table[arm]["test_mean"] <= 1
+    assert table["baseline_search"]["charged"] == slots * 1024  # the fixed recipe at the whole search's budget
+    assert table["evolved"]["charged"] == 2 * 1024 and table["baseline_matched"]["charged"] == 2 * 1024
+    per = {row["arm"]: row for row in headline["per_arm_seed"]}
+    assert set(per) == {"evolved", "evolved_search", "baseline", "baseline_matched", "baseline_search", *search_arms}
+    assert all(row["charged"] > 0 and row["run"] == "default-seed0" for row in per.values())
+    # every search arm: the same slots, each charged its budget whatever became of it; its own empty skill library
+    for arm in search_arms:
+        run = results / f"default-seed0-{arm}"
+        summary = json.loads((run / "summary.json").read_text())
+        charges = [json.loads(c) for c in lineage.read(run / "lineage.parquet")["charge"]]
+        assert all(c["charged"] == 1024 for c in charges) and summary["ledger"]["search"]["unused_slots"] == 0, arm
+        proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
+        assert proposal["agent"] == arm
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["skills"]["library_dir"] == str(run / "skill_library") and config["skills"]["enabled"]
+        assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
+        # an arm starts from its seed's loop start, copied (rule share_init), not a second SFT
+        loop = results / "default-seed0"
+        assert (run / "benchmarks" / "share_init.tsv").exists() and not (run / "benchmarks" / "init.tsv").exists()
+        assert pd.read_parquet(run / "data" / "val.parquet").equals(pd.read_parquet(loop / "data" / "val.parquet"))
+        # so generation 0's control, the same harness, policy and seed, trains to the loop's numbers
+        control = json.loads((run / "gen0" / "backtest" / "control" / "metrics.json").read_text())
+        loop_control = json.loads((loop / "gen0" / "backtest" / "control" / "metrics.json").read_text())
+        assert control["val_accuracy"] == loop_control["val_accuracy"]
+    # a resumed run proposes the same trials: generation 1 of the tuners proposed again, from the lineage
+    for arm in ("tpe", "cmaes"):
+        candidates = results / f"default-seed0-{arm}" / "gen1" / "candidates"
+        before = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
+        again = subprocess.run([*cmd[:cmd.index("headline")], str(candidates.relative_to(tmp_path)), "--forcerun",
+                                "propose", "--config", "experiment=headline_smoke"], capture_output=True, text=True,
+                               timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        after = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
+        assert before == after and len(before) == 2, arm
     assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 
 

@@ -123,3 +123,34 @@ rule baseline_matched:
         "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
         " --restarts {params.restarts} --match-lineage {input.lineage} --threads {threads} > {log} 2>&1"
+
+
+# The fixed recipe at the whole search's budget (search.baseline_search; the headline's fixed_search arm): the
+# initial harness, unchanged, trained for as many backtests' worth as the search has slots (generations x
+# (1 + agent.max_candidates) x seeds), restarting every generation like the baseline.
+rule baseline_search:
+    input:
+        policy=P("policy", g=0),
+        harness=P("harness", g=0),
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+    output:
+        metrics=P("baseline_metrics", arm="baseline_search"),
+    params:
+        evo=EVO,
+        conf=run_config,
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).baseline("baseline_search").dir),
+        steps=lambda wc: G * STEPS * search_slots(RUN_CONFIGS[wc.run]),
+        restarts=G if CFG.search.baseline_restarts else 1,
+    threads: TRAIN_THREADS
+    benchmark:
+        P("benchmark", job="baseline_search")
+    log:
+        P("log", job="baseline_search"),
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
+        " --restarts {params.restarts} --threads {threads} > {log} 2>&1"

@@ -12,7 +12,7 @@ from snakemake.settings.types import DeploymentMethod
 
 import evotrainer
 from evotrainer.config import (SEED_RUN_ARMS, ConfigError, compose, equal_compute_budget, matched_baseline_on,
-                               overrides_from_snakemake, responses_budget_supported, validate)
+                               overrides_from_snakemake, responses_budget_supported, search_slots, validate)
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
 from evotrainer.preflight import preflight_problems
@@ -108,7 +108,8 @@ RUN_CONFIGS = {RUN: CFG} | {
         "library_dir": CFG.skills.library_dir or str(run_layout(name).skill_library)},
         # the headline also answers "at the promoted path's charged responses?" (where the trainer can)
         "search": HEADLINE_SEARCH | {"baseline_matched": "true" if matched_baseline_on(CFG) or (
-            "fixed_matched" in CFG.search.headline_arms and responses_budget_supported(CFG)) else "false"}}))
+            "fixed_matched" in CFG.search.headline_arms and responses_budget_supported(CFG)) else "false",
+            "baseline_search": CFG.search.baseline_search or "fixed_search" in CFG.search.headline_arms}}))
     for name, seed in HEADLINE_RUNS.items()
 }
 # The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py, agents/tuners.py)
@@ -122,7 +123,7 @@ RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": True, "library_dir": str(run_layout(name).skill_library)},
         "agent": {"name": arm, "extra_candidates": None, "max_candidates": CFG.agent.max_candidates},
-        "search": HEADLINE_SEARCH | {"baseline": False, "baseline_matched": "false"}}))
+        "search": HEADLINE_SEARCH | {"baseline": False, "baseline_matched": "false", "baseline_search": False}}))
     for name, (seed, arm) in ARM_RUNS.items()
 }
 if EQUAL_BUDGET and "headline" in sys.argv:
@@ -148,7 +149,7 @@ wildcard_constraints:
     run="|".join(re.escape(name) for name in RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
-    arm=r"evolved|baseline_matched|baseline",
+    arm=r"evolved|baseline_matched|baseline_search|baseline",
 
 
 def run_dir(wildcards):
@@ -228,6 +229,9 @@ def baseline_inputs(wildcards):
     if matched_baseline_on(RUN_CONFIGS[wildcards.run]):
         arms |= {"matched_test": str(run.test_metrics("baseline_matched")),
                  "matched_metrics": str(run.baseline("baseline_matched").metrics)}
+    if RUN_CONFIGS[wildcards.run].search.baseline_search:
+        arms |= {"search_test": str(run.test_metrics("baseline_search")),
+                 "search_metrics": str(run.baseline("baseline_search").metrics)}
     return arms
 
 

@@ -57,7 +57,9 @@ rule summary:
         baseline=lambda wc, input: (f"--baseline-test {input.test} --baseline-metrics {input.metrics}"
                                     if "test" in input.keys() else "")
         + (f" --matched-test {input.matched_test} --matched-metrics {input.matched_metrics}"
-           if "matched_test" in input.keys() else ""),
+           if "matched_test" in input.keys() else "")
+        + (f" --search-test {input.search_test} --search-metrics {input.search_metrics}"
+           if "search_test" in input.keys() else ""),
     benchmark:
         P("benchmark", job="summary")
     log:

@@ -94,7 +94,7 @@ STAGES: dict[str, Command] = {
     "report": Command("evotrainer.report.html:build", ("run-dir", "out-html", "figures-dir")),
     "headline": Command("evotrainer.report.headline:run", ("summaries+", "arm-summaries+?", "out-json", "out-png")),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
-                                                          "baseline-metrics?", "matched-test?", "matched-metrics?",
+                                                          "baseline-metrics?", "matched-test?", "matched-metrics?", "search-test?", "search-metrics?",
                                                           "lineage>lineage_path", "out-json", "out-md", "config?>config_path")),
 }
 

@@ -93,14 +93,16 @@ def search_charge(table, slots_per_generation: int) -> dict:
     return {"unit": unit or "responses", "batch": batch, **total, "generations": generations}
 
 
-def promoted_path_charge(table) -> dict:
-    """What the promoted path (the backtests whose policies were promoted or kept) was charged."""
+def promoted_path_charge(table, unit: str = "responses") -> dict:
+    """What the promoted path (the backtests whose policies were promoted or kept) was charged; a row without a
+    charge record counts what its compute record says it spent in ``unit``."""
     promoted = table[table["verdict"].isin(["promoted", "kept"])]
     records = [as_record(c) for c in promoted["charge"]] if "charge" in promoted else [None] * len(promoted)
     computes = [as_record(c) or {} for c in promoted["compute"]]
     known = [r for r in records if r]
-    return {"unit": known[0]["unit"] if known else "responses",
-            "charged": sum(int(r["charged"]) if r else int(c.get("sampled_responses") or 0)
+    spent = "generated_tokens" if unit == "tokens" else "sampled_responses"
+    return {"unit": known[0]["unit"] if known else unit,
+            "charged": sum(int(r["charged"]) if r else int(c.get(spent) or 0)
                            for r, c in zip(records, computes, strict=True)),
             "sampled_responses": sum(int(c.get("sampled_responses") or 0) for c in computes)}
 

@@ -126,7 +126,8 @@ def add_compute(records) -> dict:
     return total
 
 
-def arm_compute(table, baseline_metrics: dict | None, matched_metrics: dict | None = None) -> dict:
+def arm_compute(table, baseline_metrics: dict | None, matched_metrics: dict | None = None,
+                search_metrics: dict | None = None) -> dict:
     """Compute per arm, from the lineage's per-backtest records and the baselines' metrics."""
     promoted = table[table["verdict"].isin(["promoted", "kept"])]
     arms = {"promoted_path": add_compute(c for c in promoted["compute"] if isinstance(c, str)),
@@ -135,4 +136,6 @@ def arm_compute(table, baseline_metrics: dict | None, matched_metrics: dict | No
         arms["baseline"] = add_compute([baseline_metrics.get("compute")])
     if matched_metrics is not None:
         arms["baseline_matched"] = add_compute([matched_metrics.get("compute")])
+    if search_metrics is not None:
+        arms["baseline_search"] = add_compute([search_metrics.get("compute")])
     return arms

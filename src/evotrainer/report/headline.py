@@ -119,6 +119,7 @@ def _skill_library(summary: Path) -> str | None:
 ARMS = {  # arm -> (what it is, the compute record that paid for it)
     "baseline": ("fixed recipe, equal optimizer steps", "baseline"),
     "baseline_matched": ("fixed recipe, the promoted path's charged responses", "baseline_matched"),
+    "baseline_search": ("fixed recipe, the whole search's budget", "baseline_search"),
     "search_control": ("unchanged harness, same backtests and val selection (other seeds)", "whole_search"),
     "random": ("random single-knob recipe search, same backtests and val selection", "whole_search"),
     "tpe": ("Optuna TPE over the recipe's knob space, same backtests and val selection", "whole_search"),
@@ -217,13 +218,16 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     seed_dirs = [Path(p).parent for p in summaries]
     correct = {"evolved": [per_prompt_correct(d, "evolved") for d in seed_dirs],
                "baseline": [per_prompt_correct(d, "baseline") for d in seed_dirs],
-               "baseline_matched": [per_prompt_correct(d, "baseline_matched") for d in seed_dirs]}
+               "baseline_matched": [per_prompt_correct(d, "baseline_matched") for d in seed_dirs],
+               "baseline_search": [per_prompt_correct(d, "baseline_search") for d in seed_dirs]}
     arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
-                             "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows]}
+                             "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows],
+                             "baseline_search": [r.get("baseline_search_test_accuracy") for r in rows]}
     charged = {"evolved": [_charge(r, "promoted_path") for r in rows],
                "evolved_search": [_charge(r, "search") for r in rows],
                "baseline": [_charge(r, "fixed", "baseline") for r in rows],
-               "baseline_matched": [_charge(r, "fixed", "baseline_matched") for r in rows]}
+               "baseline_matched": [_charge(r, "fixed", "baseline_matched") for r in rows],
+               "baseline_search": [_charge(r, "fixed", "baseline_search") for r in rows]}
     search_arms = {}
     for arm in _agent_arms(rows, by_run):
         found = [by_run.get(arm_run(r["run"], arm)) for r in rows]
@@ -267,7 +271,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
         "shared_skill_library": len({lib for lib in libraries if lib}) < len([lib for lib in libraries if lib]),
         "compute_mean": {arm: {key: float(np.mean([r["compute"][arm][key] for r in rows]))
                                for key in ("optimizer_steps", "sampled_responses", "generated_tokens")}
-                         for arm in ("promoted_path", "whole_search", "baseline", "baseline_matched")
+                         for arm in ("promoted_path", "whole_search", "baseline", "baseline_matched", "baseline_search")
                          if all(arm in (r.get("compute") or {}) for r in rows)},
     }
     write_json(out_json, result)
@@ -277,7 +281,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
 def _plot(result: dict, rows: list[dict], out_png: str) -> None:
     """Test accuracy per arm and seed (lines join a seed's arms), the arms' mean compute under their names."""
     order = [row for row in result["arms"] if row["arm"] != "evolved"] + [result["arms"][0]]
-    colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "search_control": "#1565c0", "random": "#6a1b9a",
+    colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "baseline_search": "#f9a825", "search_control": "#1565c0", "random": "#6a1b9a",
                "tpe": "#00838f", "cmaes": "#c2185b", "evolved": "#2e7d32"}
     fig, ax = plt.subplots(figsize=(1.6 * len(order) + 2, 4))
     values = {row["arm"]: [seed[row["arm"]] for seed in result["per_seed"]] for row in order}

@@ -50,6 +50,15 @@ class RunData:
         self.baseline_test = _read_json(layout.test_metrics("baseline"))
         self.matched = _read_json(layout.baseline("baseline_matched").metrics)
         self.matched_test = _read_json(layout.test_metrics("baseline_matched"))
+        self.whole = _read_json(layout.baseline("baseline_search").metrics)
+        self.tests = {arm: _read_json(layout.test_metrics(arm)) for arm in TEST_ARMS}
+        self.tests = {arm: metrics for arm, metrics in self.tests.items() if metrics}
+        self.ledger = (_read_json(layout.summary) or {}).get("ledger") or {}
+
+    def charged(self, arm: str) -> int | None:
+        """What the ledger charged an arm (evolved: its promoted path), None without a ledger."""
+        node = self.ledger.get("promoted_path") if arm == "evolved" else (self.ledger.get("fixed") or {}).get(arm)
+        return None if not node or node.get("charged") is None else int(node["charged"])
 
     def train_log(self, g: int, cid: str) -> pd.DataFrame | None:
         path = self.layout.gen(g).backtest(cid).train_log
@@ -177,9 +186,22 @@ def plot_findings_heatmap(data: RunData) -> bytes:
     return _png(fig)
 
 
-def test_difference(data: RunData) -> dict | None:
-    """Paired bootstrap (scipy) over test prompts of evolved minus baseline correctness."""
-    a, b = data.layout.test_rollouts("evolved"), data.layout.test_rollouts("baseline")
+# the arms of a run's test section, and what each fixed-recipe arm's budget was (stages.summary.FIXED_ARMS)
+TEST_ARMS = ("evolved", "baseline_matched", "baseline_search", "baseline")
+TEST_LABELS = {"evolved": "evolved (promoted path)", "baseline_matched": "fixed recipe, equal charged responses",
+               "baseline_search": "fixed recipe, the whole search's budget", "baseline": "fixed recipe, equal steps"}
+
+
+def primary_arm(data: RunData) -> str | None:
+    """The fixed-recipe arm the report compares with first: at equal charged responses where the run has it."""
+    return next((arm for arm in ("baseline_matched", "baseline") if arm in data.tests), None)
+
+
+def test_difference(data: RunData, arm: str | None = "baseline") -> dict | None:
+    """Paired bootstrap (scipy) over test prompts of evolved minus the fixed-recipe ``arm``'s correctness."""
+    if arm is None:
+        return None
+    a, b = data.layout.test_rollouts("evolved"), data.layout.test_rollouts(arm)
     if not (a.exists() and b.exists()):
         return None
     from scipy.stats import bootstrap
@@ -191,22 +213,31 @@ def test_difference(data: RunData) -> dict | None:
     x, y = ev.loc[common].to_numpy(float), bl.loc[common].to_numpy(float)
     result = bootstrap((x, y), lambda p, q, axis=-1: p.mean(axis=axis) - q.mean(axis=axis), paired=True,
                        n_resamples=2000, confidence_level=0.95, random_state=0, vectorized=True)
-    return {"difference": float(x.mean() - y.mean()), "ci_low": float(result.confidence_interval.low),
-            "ci_high": float(result.confidence_interval.high), "prompts": int(len(common))}
+    return {"arm": arm, "label": TEST_LABELS[arm], "difference": float(x.mean() - y.mean()),
+            "ci_low": float(result.confidence_interval.low), "ci_high": float(result.confidence_interval.high),
+            "prompts": int(len(common))}
+
+
+TEST_COLOURS = {"evolved": "#2e7d32", "baseline_matched": "#8d6e63", "baseline_search": "#f9a825", "baseline": "#ef6c00"}
 
 
 def plot_test(data: RunData, diff: dict | None) -> bytes:
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    arms = [("evolved", data.evolved_test, "#2e7d32"), ("baseline", data.baseline_test, "#ef6c00")]
-    arms = [(n, m, c) for n, m, c in arms if m]
-    for i, (_name, metrics, colour) in enumerate(arms):
+    """Every arm's test accuracy, each bar named with the compute the ledger charged it."""
+    arms = [arm for arm in TEST_ARMS if arm in data.tests]
+    fig, ax = plt.subplots(figsize=(1.6 * len(arms) + 2.5, 3.8))
+    unit = data.ledger.get("unit", "responses")
+    for i, arm in enumerate(arms):
+        metrics = data.tests[arm]
         err = 1.96 * (metrics.get("test_stderr") or 0.0)
-        ax.bar(i, metrics["test_accuracy"], yerr=err, color=colour, capsize=6, alpha=0.85)
+        ax.bar(i, metrics["test_accuracy"], yerr=err, color=TEST_COLOURS[arm], capsize=6, alpha=0.85)
         ax.text(i, metrics["test_accuracy"] + err + 0.01, f"{metrics['test_accuracy']:.3f}", ha="center", fontsize=9)
-    ax.set_xticks(range(len(arms)), [a[0] for a in arms])
+    labels = [TEST_LABELS[arm].replace(", ", ",\n") + (f"\ncharged {data.charged(arm):,} {unit}"
+                                                        if data.charged(arm) is not None else "") for arm in arms]
+    ax.set_xticks(range(len(arms)), labels, fontsize=7)
     ax.set_ylabel("test accuracy (greedy)")
     if diff:
-        ax.set_title(f"difference {diff['difference']:+.3f}, 95% CI [{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]", fontsize=9)
+        ax.set_title(f"evolved - {diff['label']}: {diff['difference']:+.3f}, 95% CI [{diff['ci_low']:+.3f}, "
+                     f"{diff['ci_high']:+.3f}] (test prompts only)", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
 
@@ -220,11 +251,15 @@ def compute_per_arm(data: RunData) -> pd.DataFrame:
     """What each arm cost (from the lineage's per-backtest records and the baseline's metrics), beside the
     accuracy it bought: the promoted path (backtests whose policies were carried on), the whole search
     (every backtest: candidates, controls, extra seeds) and the baseline."""
-    arms = lineage_contract.arm_compute(data.lineage, data.baseline, data.matched) if len(data.lineage) else {}
+    arms = (lineage_contract.arm_compute(data.lineage, data.baseline, data.matched, data.whole)
+            if len(data.lineage) else {})
     accuracy = {"promoted_path": (data.evolved_test or {}).get("test_accuracy"), "whole_search": None,
                 "baseline": (data.baseline_test or {}).get("test_accuracy"),
-                "baseline_matched": (data.matched_test or {}).get("test_accuracy")}
-    rows = [{"arm": arm.replace("_", " "), "test accuracy": accuracy.get(arm),
+                "baseline_matched": (data.matched_test or {}).get("test_accuracy"),
+                "baseline_search": (data.tests.get("baseline_search") or {}).get("test_accuracy")}
+    charged = {"promoted_path": data.charged("evolved"), "whole_search": (data.ledger.get("search") or {}).get("charged"),
+               **{arm: data.charged(arm) for arm in ("baseline", "baseline_matched", "baseline_search")}}
+    rows = [{"arm": arm.replace("_", " "), "test accuracy": accuracy.get(arm), "charged": charged.get(arm),
              **{label: cost.get(key) for key, label in COMPUTE_COLUMNS.items()}} for arm, cost in arms.items()]
     return pd.DataFrame(rows)
 
@@ -232,12 +267,14 @@ def compute_per_arm(data: RunData) -> pd.DataFrame:
 def plot_compute(table: pd.DataFrame) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 3.2))
     if len(table):
-        colours = ["#2e7d32", "#9e9e9e", "#ef6c00", "#8d6e63"][: len(table)]
+        colours = ["#2e7d32", "#9e9e9e", "#ef6c00", "#8d6e63", "#f9a825"][: len(table)]
         ax.barh(table["arm"], table["sampled responses"], color=colours, alpha=0.85)
-        for i, row in enumerate(table.itertuples(index=False)):
-            acc = row[1]
-            label = f"{int(row[3]):,} responses" + (f" · test {acc:.3f}" if acc is not None and acc == acc else "")
-            ax.text(row[3], i, " " + label, va="center", fontsize=8)
+        for i, row in enumerate(table.to_dict("records")):
+            acc, sampled = row["test accuracy"], int(row["sampled responses"])
+            label = (f"{sampled:,} responses" + (f" (charged {int(row['charged']):,})" if row["charged"] == row["charged"]
+                                                and row["charged"] is not None else "")
+                     + (f" · test {acc:.3f}" if acc is not None and acc == acc else ""))
+            ax.text(sampled, i, " " + label, va="center", fontsize=8)
         ax.set_xlim(0, table["sampled responses"].max() * 1.6 or 1)
     ax.set_xlabel("sampled responses (training)")
     ax.set_title("compute per arm, with the test accuracy it bought", fontsize=9)
@@ -267,15 +304,16 @@ def _img(png: bytes, alt: str) -> str:
 
 def _test_note(diff: dict | None) -> str:
     if not diff:
-        return "No baseline arm in this run."
-    return (f"Paired bootstrap over {diff['prompts']} test prompts (scipy.stats.bootstrap, 2000 resamples): "
+        return "No fixed-recipe arm in this run."
+    return (f"Evolved against the {diff['label']} (<code>{diff['arm']}</code>): paired bootstrap over "
+            f"{diff['prompts']} test prompts (scipy.stats.bootstrap, 2000 resamples): "
             f"difference {diff['difference']:+.3f}, 95% CI [{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]. This interval "
             "covers test-set sampling only, not seed-to-seed variation; the headline experiment measures that.")
 
 
 def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | None = None) -> dict[str, bytes]:
     data = RunData(Path(run_dir))
-    diff = test_difference(data)
+    diff = test_difference(data, primary_arm(data))
     figures = {
         "val_per_generation": plot_val_per_generation(data),
         "training_curves": plot_training_curves(data),
@@ -303,8 +341,9 @@ def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | N
                                                  "promoted_val_accuracy", "gain_vs_control")},
                           "gain 95% interval": _gain_interval(s), "val noise (±)": _noise(s), "reason": s["reason"]}
                          for s in data.selections])
-    test_rows = [{"arm": "evolved", **(data.evolved_test or {})}, {"arm": "baseline", **(data.baseline_test or {})}]
-    test_table = pd.DataFrame([{k: r.get(k) for k in ("arm", "test_accuracy", "test_stderr", "test_prompts")} for r in test_rows])
+    test_table = pd.DataFrame([{"arm": arm, "what": TEST_LABELS[arm], "charged": data.charged(arm),
+                                **{k: data.tests[arm].get(k) for k in ("test_accuracy", "test_stderr", "test_prompts")}}
+                               for arm in TEST_ARMS if arm in data.tests])
     run_name = html.escape(data.dir.name)
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>EvoTrainer report: {run_name}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}}
@@ -320,13 +359,14 @@ Candidates backtested: {len(data.lineage)}.</p>
 <h2 id="lineage">Lineage</h2>{_img(figures['lineage_tree'], 'lineage tree')}
 {_table(data.lineage[lineage_cols]) if len(data.lineage) else '<p>empty</p>'}
 <h2 id="findings">Findings (diagnostic × generation)</h2>{_img(figures['findings_heatmap'], 'findings heatmap')}
-<h2 id="test">Final test score: evolved vs baseline</h2>{_img(figures['test_accuracy'], 'test accuracy')}
+<h2 id="test">Final test score: evolved vs the fixed recipe</h2>{_img(figures['test_accuracy'], 'test accuracy')}
 {_table(test_table)}
 <p class="note">{_test_note(diff)}</p>
 <h2 id="compute">Compute per arm</h2>{_img(figures['compute_per_arm'], 'compute per arm')}
 {_table(compute) if len(compute) else '<p>no compute records</p>'}
-<p class="note">Training compute summed from every backtest's <code>compute</code> record (lineage) and the baseline's
-metrics; evaluation (val/test scoring) is not included. The promoted path is what the evolved policy was trained
+<p class="note">Training compute summed from every backtest's <code>compute</code> record (lineage) and the fixed-recipe
+arms' metrics; evaluation (val/test scoring) is not included. <b>charged</b>: what the compute ledger charged
+(docs/compute-ledger.md): every backtest slot its full budget, failed and rejected ones included. The promoted path is what the evolved policy was trained
 with; the whole search adds every candidate, control and extra seed that was backtested. Compare arms at equal
 compute before reading a gain: "val noise (±)" above is the median half-width of the generation's paired-bootstrap
 gain intervals over (seed, val prompt).</p>

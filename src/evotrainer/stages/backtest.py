@@ -344,7 +344,7 @@ def matched_budget(cfg, lineage_path: str) -> dict:
     from evotrainer.contracts import lineage
 
     unit = "tokens" if cfg.search.budget_unit == "tokens" else "responses"
-    spent = ledger.promoted_path_charge(lineage.read(lineage_path))["charged"]
+    spent = ledger.promoted_path_charge(lineage.read(lineage_path), unit)["charged"]
     if spent <= 0:
         raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
     return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}

@@ -12,17 +12,19 @@ import pyarrow.parquet as pq
 
 from evotrainer.atomic import read_json, write_json, write_text
 from evotrainer.contracts import ledger, lineage
-from evotrainer.layout import RunLayout
+from evotrainer.layout import RunLayout, TrainingRunLayout
 
 FIXED_ARMS = {  # fixed-recipe arm -> what its budget is, as reports label it
     "baseline": "fixed recipe, equal optimizer steps",
     "baseline_matched": "fixed recipe, the promoted path's charged responses",
+    "baseline_search": "fixed recipe, the whole search's budget",
 }
 
 
 def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_test: str | None,
         baseline_metrics: str | None, lineage_path: str, out_json: str, out_md: str,
-        matched_test: str | None = None, matched_metrics: str | None = None, config_path: str | None = None) -> None:
+        matched_test: str | None = None, matched_metrics: str | None = None, config_path: str | None = None,
+        search_test: str | None = None, search_metrics: str | None = None) -> None:
     init = read_json(init_metrics)
     gens = [read_json(s) for s in selections]
     evolved = read_json(evolved_test)
@@ -31,6 +33,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     baseline_val = baseline_record.get("val_accuracy") if baseline_record else None
     matched = read_json(matched_test) if matched_test else None
     matched_record = read_json(matched_metrics) if matched_metrics else None
+    whole = read_json(search_test) if search_test else None
+    whole_record = read_json(search_metrics) if search_metrics else None
     table = lineage.read(lineage_path)
     summary = {
         "run": evolved["run"],
@@ -45,13 +49,16 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         "baseline_val_accuracy": baseline_val,
         # the fixed recipe trained on as many sampled responses as the promoted path (search.baseline_matched)
         "baseline_matched_test_accuracy": matched["test_accuracy"] if matched else None,
+        # the fixed recipe trained for the whole search's budget (search.baseline_search)
+        "baseline_search_test_accuracy": whole["test_accuracy"] if whole else None,
         "test_stderr": evolved.get("test_stderr"),
         "candidates_tried": int(len(table)),
         "verdicts": table["verdict"].value_counts().to_dict(),
-        "compute": lineage.arm_compute(table, baseline_record, matched_record) | {
+        "compute": lineage.arm_compute(table, baseline_record, matched_record, whole_record) | {
             "evaluation": {"evolved_test": evolved.get("compute"), "baseline_test": (baseline or {}).get("compute")}},
         "ledger": run_ledger(table, Path(out_json).parent, config_path, {
-            "baseline": (baseline_record, baseline), "baseline_matched": (matched_record, matched)}, evolved),
+            "baseline": (baseline_record, baseline), "baseline_matched": (matched_record, matched),
+            "baseline_search": (whole_record, whole)}, evolved),
     }
     summary["comparison"] = comparisons(summary)
     write_json(out_json, summary)
@@ -107,13 +114,22 @@ def auxiliary(table, run_dir: Path, evolved: dict, fixed_tests: list[dict | None
         agent["calls"] += len(calls)
     return {
         "rollout_responses": sum(_rows(p) for p in run.find("rollouts")),
-        "exit_responses": sum(_rows(p) for p in run.root.glob("gen*/backtest/**/exit_rollouts.parquet")),
+        "exit_responses": sum(_rows(seed.exit_rollouts) for seed in _training_runs(run)),
         "val_responses": ledger.sum_records(computes, "eval_responses"),
         "test_responses": sum(int(((t or {}).get("compute") or {}).get("eval_responses") or 0)
                               for t in [evolved, *fixed_tests]),
         "train_cpu_s": round(sum(float(c.get("train_cpu_s") or 0.0) for c in computes), 1),
         "agent": agent,
     }
+
+
+def _training_runs(run: RunLayout):
+    """Every training seed of every backtest of the run."""
+    for folder in run.find("backtest"):
+        index = 0
+        while index == 0 or TrainingRunLayout(folder).seed(index).dir.is_dir():
+            yield TrainingRunLayout(folder).seed(index)
+            index += 1
 
 
 def _rows(path: Path) -> int:
@@ -125,14 +141,15 @@ def _rows(path: Path) -> int:
 
 def comparisons(summary: dict) -> list[dict]:
     """Evolved against each fixed-recipe arm the run has, at equal charged responses first (the promoted
-    path's budget), then at equal optimizer steps; each with both arms' charges."""
+    path's budget), then at the whole search's budget, then at equal optimizer steps; each with both arms'
+    charges (``evolved_charged``: the promoted path's, or the whole search's against the whole-search arm)."""
     book, out = summary["ledger"], []
-    for arm in ("baseline_matched", "baseline"):
+    for arm in ("baseline_matched", "baseline_search", "baseline"):
         fixed = book["fixed"].get(arm)
         if not fixed or fixed.get("test_accuracy") is None:
             continue
         out.append({"arm": arm, "label": fixed["label"], "arm_test_accuracy": fixed["test_accuracy"],
                     "arm_charged": int(fixed.get("charged") or 0),
-                    "evolved_charged": int(book["promoted_path"]["charged"]),
+                    "evolved_charged": int(book["search" if arm == "baseline_search" else "promoted_path"]["charged"]),
                     "difference": summary["evolved_test_accuracy"] - fixed["test_accuracy"]})
     return out

@@ -1,0 +1,42 @@
+"""The config side of the compute ledger: the headline's runs budget sampled responses where the trainer can,
+the equal-charged-responses arm is on by default where it can run, and the whole search's slots are counted
+from the config (docs/compute-ledger.md)."""
+
+import pytest
+
+from evotrainer.config import (
+    ConfigError,
+    compose,
+    equal_compute_budget,
+    matched_baseline_on,
+    search_slots,
+    validate,
+)
+
+pytestmark = pytest.mark.fast
+
+
+def test_a_steps_budget_becomes_the_same_budget_in_responses_for_the_headline():
+    cfg = validate(compose(["search.steps_per_generation=12"]))
+    assert equal_compute_budget(cfg) == {"budget_unit": "responses", "budget": 12 * 32 * 8}
+    wider = validate(compose(["search.steps_per_generation=12", "harness.recipe.group_size=16"]))
+    assert equal_compute_budget(wider)["budget"] == 12 * 32 * 16  # the starting recipe's batch, as written
+    assert equal_compute_budget(validate(compose(["search.budget_unit=responses", "search.budget=640"]))) is None
+    assert equal_compute_budget(validate(compose(["task=agentic"]))) is None  # multi-turn: steps only
+
+
+def test_the_equal_charged_responses_arm_is_on_wherever_it_can_run():
+    assert matched_baseline_on(validate(compose([])))
+    assert not matched_baseline_on(validate(compose(["task=agentic"])))
+    assert not matched_baseline_on(validate(compose(["search.baseline_matched=false"])))
+    assert validate(compose(["search.baseline_matched=True"])).search.baseline_matched == "true"
+    with pytest.raises(ConfigError, match="'search.baseline_matched' = 'sometimes'"):
+        validate(compose(["search.baseline_matched=sometimes"]))
+    with pytest.raises(ConfigError, match="multi-turn"):
+        validate(compose(["task=agentic", "search.baseline_matched=true"]))
+
+
+def test_the_whole_search_has_control_plus_candidates_under_every_seed():
+    assert search_slots(validate(compose(["agent.max_candidates=3", "search.seeds=2"]))) == 8
+    with pytest.raises(ConfigError, match="fixed_search"):
+        validate(compose(["search.headline_arms=[evolved,fixed,fixed_serch]"]))
