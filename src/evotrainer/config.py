@@ -329,7 +329,7 @@ class BacktestBudgetConf:
 
 # `search.headline_arms`: the arms of the seed runs themselves (the loop, the fixed recipe at equal steps and at equal
 # sampled responses) and the agent arms, each its own loop run per seed with that agent proposing
-SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched", "fixed_search")  # arms of the seed runs themselves
+SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched", "fixed_search", "tune_then_train")  # arms of the seed runs
 AGENT_ARMS = ("search_control", "random", "tpe", "cmaes")  # tpe, cmaes: Optuna tuners (agents/tuners.py)
 DEFAULT_HEADLINE_ARMS = (*SEED_RUN_ARMS, *AGENT_ARMS)
 
@@ -366,6 +366,9 @@ class SearchConf:
     # also the fixed recipe trained for the whole search's budget: generations x (1 + agent.max_candidates) x seeds
     # slots (on in `snakemake headline` with the fixed_search arm)
     baseline_search: bool = False
+    # also the tune_then_train arm: Optuna TPE trials from the generation-0 policy (generations x max_candidates), then
+    # the best recipe trained for the rest of the same budget (stages/tune.py; on in `snakemake headline` with that arm)
+    tune_then_train: bool = False
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
     selection: str = one_of("bootstrap", "greedy", "bootstrap")

@@ -32,7 +32,10 @@ gen{g}/backtest/{cid}/                               one training run (backtest)
 gen{g}/selection.json, gen{g}/lineage.parquet        what was promoted; the generation's lineage rows (select)
 gen{g}/skills.json                                   what the generation taught the skill stores (skills)
 gen{g}/approvals/{stage}.json                        the pass record of the approval after a stage (approval)
-{arm}/ (baseline, baseline_matched)                  the fixed-recipe arms' training runs: the files below
+{arm}/ (baseline, baseline_matched, baseline_search)  the fixed-recipe arms' training runs: the files below
+tune_then_train/                                     the tune_then_train arm's final training run (tune)
+tune/{cid}/candidate/, tune/{cid}/backtest/          its trials: the recipe asked, its backtest (tune)
+tune/study.json                                      its trials' outcomes and the best one (tune)
 eval/{arm}/test_metrics.json, test_rollouts.parquet  an arm's test scores (evaluate; arm evolved too)
 eval/{arm}/test_rollouts_turns.parquet               multi-turn tasks' per-turn test rows (evaluate)
 lineage.parquet                                      every candidate of the run (lineage)
@@ -125,6 +128,11 @@ TEMPLATES: dict[str, str] = {
     # the fixed-recipe arms (baseline, baseline_matched): one training run each
     "baseline": "{arm}",
     **{f"baseline_{key}": f"{{arm}}/{rel}" for key, rel in TRAINING_RUN.items()},
+    # the tune_then_train arm's trials (its final training is the arm's folder, "{arm}" above)
+    "tune": "tune",
+    "tune_study": "tune/study.json",
+    "tune_candidate": "tune/{cid}/candidate",
+    "tune_backtest": "tune/{cid}/backtest",
     # test evaluation of an arm (evolved, baseline, baseline_matched)
     "eval": "eval/{arm}",
     "test_metrics": "eval/{arm}/test_metrics.json",
@@ -159,7 +167,7 @@ TEMPLATES: dict[str, str] = {
 FIELDS: dict[str, str] = {
     "g": r"\d+",
     "cid": r"[\w-]+",
-    "arm": r"evolved|baseline_matched|baseline_search|baseline",
+    "arm": r"evolved|baseline_matched|baseline_search|baseline|tune_then_train",
     "stage": r"diagnosis|propose|backtest|select",
     "split": r"\w+",
     "s": r"\d+",
@@ -463,6 +471,16 @@ class RunLayout:
     def baseline(self, arm: str = "baseline") -> TrainingRunLayout:
         """A fixed-recipe arm's training run (``baseline`` or ``baseline_matched``)."""
         return TrainingRunLayout(self.path("baseline", arm=arm))
+
+    tune_study = _Entry("tune_study")
+
+    def tune_candidate(self, cid: str) -> Path:
+        """A tune_then_train trial's candidate folder (harness.diff, proposal.json)."""
+        return self.path("tune_candidate", cid=cid)
+
+    def tune_backtest(self, cid: str) -> TrainingRunLayout:
+        """A tune_then_train trial's backtest from the generation-0 policy."""
+        return TrainingRunLayout(self.path("tune_backtest", cid=cid))
 
     def eval(self, arm: str) -> Path:
         return self.path("eval", arm=arm)

@@ -279,7 +279,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     headline = json.loads((results / "default-headline" / "headline.json").read_text())
     assert headline["seeds"] == 1 and headline["unit"] == "responses" and headline["refused"] == {}
     table = {row["arm"]: row for row in headline["arms"]}
-    search_arms = ("search_control", "random", "tpe", "cmaes")
+    search_arms = ("tune_then_train", "search_control", "random", "tpe", "cmaes")
     assert list(table) == ["evolved", "baseline", "baseline_matched", "baseline_search", *search_arms]
     slots = 2 * (1 + 2)  # generations x (control + 2 candidates), one training seed
     for arm in search_arms:  # equal charged totals: exactly, since a responses budget is met exactly
@@ -290,8 +290,13 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     per = {row["arm"]: row for row in headline["per_arm_seed"]}
     assert set(per) == {"evolved", "evolved_search", "baseline", "baseline_matched", "baseline_search", *search_arms}
     assert all(row["charged"] > 0 and row["run"] == "default-seed0" for row in per.values())
-    # every search arm: the same slots, each charged its budget whatever became of it; its own empty skill library
-    for arm in search_arms:
+    # tune_then_train: 4 TPE trials from the generation-0 policy, then the best recipe for the 2 slots left
+    seed_run = results / "default-seed0"
+    study = json.loads((seed_run / "tune" / "study.json").read_text())
+    assert len(study["trials"]) == 4 and study["charged"] == 4 * 1024
+    assert json.loads((seed_run / "tune_then_train" / "metrics.json").read_text())["charge"]["charged"] == 2 * 1024
+    # every loop search arm: the same slots, each charged its budget whatever became of it; its own skill library
+    for arm in search_arms[1:]:
         run = results / f"default-seed0-{arm}"
         summary = json.loads((run / "summary.json").read_text())
         charges = [json.loads(c) for c in lineage.read(run / "lineage.parquet")["charge"]]
@@ -299,7 +304,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
         proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
         assert proposal["agent"] == arm
         config = yaml.safe_load((run / "config.yaml").read_text())
-        assert config["skills"]["library_dir"] == str(run / "skill_library") and config["skills"]["enabled"]
+        assert config["skills"]["library_dir"].endswith(f"{run.name}/skill_library") and config["skills"]["enabled"]
         assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
         # an arm starts from its seed's loop start, copied (rule share_init), not a second SFT
         loop = results / "default-seed0"
@@ -318,7 +323,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
                                timeout=600)
         assert again.returncode == 0, again.stderr[-3000:]
         after = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
-        assert before == after and len(before) == 2, arm
+        assert before == after and len(before) == 1 + 2, arm  # control and two trials
     assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 
 

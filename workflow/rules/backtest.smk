@@ -154,3 +154,41 @@ rule baseline_search:
         "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
         " --restarts {params.restarts} --threads {threads} > {log} 2>&1"
+
+
+# The tune_then_train arm (search.tune_then_train; the headline's arm of that name): Optuna TPE trials from the
+# generation-0 policy, generations x agent.max_candidates of them, each one slot's budget under every training seed;
+# then the best recipe trained for the rest of the same budget (generations x steps x seeds, restarting every
+# generation like the fixed-recipe arms). One job, resumable trial by trial (stages/tune.py).
+rule tune_then_train:
+    input:
+        policy=P("policy", g=0),
+        harness=P("harness", g=0),
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+    output:
+        metrics=P("baseline_metrics", arm="tune_then_train"),
+        study=P.tune_study,
+    params:
+        evo=EVO,
+        conf=run_config,
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).baseline("tune_then_train").dir),
+        run_dir=run_dir,
+        trials=lambda wc: G * RUN_CONFIGS[wc.run].agent.max_candidates,
+        steps=STEPS,
+        seeds=lambda wc: RUN_CONFIGS[wc.run].search.seeds,
+        final_steps=lambda wc: G * STEPS * RUN_CONFIGS[wc.run].search.seeds,
+        restarts=G if CFG.search.baseline_restarts else 1,
+    threads: TRAIN_THREADS
+    benchmark:
+        P("benchmark", job="tune_then_train")
+    log:
+        P("log", job="tune_then_train"),
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} tune --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --data-dir {params.data} --out-dir {params.out} --run-dir {params.run_dir} --trials {params.trials}"
+        " --steps {params.steps} --final-steps {params.final_steps} --seeds {params.seeds}"
+        " --restarts {params.restarts} --threads {threads} > {log} 2>&1"

@@ -109,7 +109,8 @@ RUN_CONFIGS = {RUN: CFG} | {
         # the headline also answers "at the promoted path's charged responses?" (where the trainer can)
         "search": HEADLINE_SEARCH | {"baseline_matched": "true" if matched_baseline_on(CFG) or (
             "fixed_matched" in CFG.search.headline_arms and responses_budget_supported(CFG)) else "false",
-            "baseline_search": CFG.search.baseline_search or "fixed_search" in CFG.search.headline_arms}}))
+            "baseline_search": CFG.search.baseline_search or "fixed_search" in CFG.search.headline_arms,
+            "tune_then_train": CFG.search.tune_then_train or "tune_then_train" in CFG.search.headline_arms}}))
     for name, seed in HEADLINE_RUNS.items()
 }
 # The headline's search arms: per seed, the same loop with a baseline agent (agents/baselines.py, agents/tuners.py)
@@ -123,7 +124,8 @@ RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": True, "library_dir": str(run_layout(name).skill_library)},
         "agent": {"name": arm, "extra_candidates": None, "max_candidates": CFG.agent.max_candidates},
-        "search": HEADLINE_SEARCH | {"baseline": False, "baseline_matched": "false", "baseline_search": False}}))
+        "search": HEADLINE_SEARCH | {"baseline": False, "baseline_matched": "false", "baseline_search": False,
+                                     "tune_then_train": False}}))
     for name, (seed, arm) in ARM_RUNS.items()
 }
 if EQUAL_BUDGET and "headline" in sys.argv:
@@ -149,7 +151,7 @@ wildcard_constraints:
     run="|".join(re.escape(name) for name in RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
-    arm=r"evolved|baseline_matched|baseline_search|baseline",
+    arm=r"evolved|baseline_matched|baseline_search|baseline|tune_then_train",
 
 
 def run_dir(wildcards):
@@ -211,6 +213,15 @@ def arm_policy(wildcards):
     return final_policy(wildcards) if wildcards.arm == "evolved" else str(layout(wildcards).baseline(wildcards.arm).policy)
 
 
+def arm_harness(wildcards):
+    """The harness an arm is scored under: the last generation's (evolved), the tuned recipe's (tune_then_train,
+    the folder its final training wrote), else the initial one."""
+    run = layout(wildcards)
+    if wildcards.arm == "tune_then_train":
+        return str(run.baseline("tune_then_train").harness)
+    return str(run.gen(G if wildcards.arm == "evolved" else 0).harness)
+
+
 def arm_inputs(wildcards):
     run = layout(wildcards)
     evolved = wildcards.arm == "evolved"
@@ -229,6 +240,9 @@ def baseline_inputs(wildcards):
     if matched_baseline_on(RUN_CONFIGS[wildcards.run]):
         arms |= {"matched_test": str(run.test_metrics("baseline_matched")),
                  "matched_metrics": str(run.baseline("baseline_matched").metrics)}
+    if RUN_CONFIGS[wildcards.run].search.tune_then_train:
+        arms |= {"tuned_test": str(run.test_metrics("tune_then_train")),
+                 "tuned_metrics": str(run.baseline("tune_then_train").metrics)}
     if RUN_CONFIGS[wildcards.run].search.baseline_search:
         arms |= {"search_test": str(run.test_metrics("baseline_search")),
                  "search_metrics": str(run.baseline("baseline_search").metrics)}

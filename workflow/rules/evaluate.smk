@@ -28,6 +28,7 @@ rule evaluate:
         evo=EVO,
         conf=run_config,
         policy=arm_policy,
+        harness=arm_harness,
     threads: TRAIN_THREADS
     benchmark:
         P("benchmark", job="evaluate_{arm}")
@@ -36,7 +37,7 @@ rule evaluate:
     conda:
         ENVS["train-gpu"]
     shell:
-        "{params.evo} evaluate --config {params.conf} --policy {params.policy} --harness {input.harness}"
+        "{params.evo} evaluate --config {params.conf} --policy {params.policy} --harness {params.harness}"
         " --test {input.test} --out-json {output.metrics} --out-rollouts {output.rollouts} --arm {wildcards.arm}"
         " --threads {threads} > {log} 2>&1"
 
@@ -59,7 +60,9 @@ rule summary:
         + (f" --matched-test {input.matched_test} --matched-metrics {input.matched_metrics}"
            if "matched_test" in input.keys() else "")
         + (f" --search-test {input.search_test} --search-metrics {input.search_metrics}"
-           if "search_test" in input.keys() else ""),
+           if "search_test" in input.keys() else "")
+        + (f" --tuned-test {input.tuned_test} --tuned-metrics {input.tuned_metrics}"
+           if "tuned_test" in input.keys() else ""),
     benchmark:
         P("benchmark", job="summary")
     log:

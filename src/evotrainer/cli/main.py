@@ -79,6 +79,9 @@ STAGES: dict[str, Command] = {
         "config", "policy>parent_policy", "harness>parent_harness", "candidate?>candidate_dir", "data-dir",
         "evidence?>evidence_path", "out-dir", "generation:int", "steps:int",
         "threads:int", "restarts:int?", "seeds:int?", "replay?", "match-lineage?")),
+    "tune": Command("evotrainer.stages.tune:run", (
+        "config>config_path", "policy", "harness", "data-dir", "out-dir", "run-dir", "trials:int", "steps:int",
+        "final-steps:int", "seeds:int", "restarts:int", "threads:int"), "the tune_then_train arm: TPE trials, then the best"),
     "train": Command("evotrainer.stages.backtest:train_child", ("job>job_path",), "the supervised training child of a backtest"),
     "select": Command("evotrainer.stages.select:run", ("config", "candidates>candidates_dir", "backtest-dir", "harness>harness_dir",
                                                         "out", "out-lineage", "generation:int")),
@@ -95,6 +98,7 @@ STAGES: dict[str, Command] = {
     "headline": Command("evotrainer.report.headline:run", ("summaries+", "arm-summaries+?", "out-json", "out-png")),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
                                                           "baseline-metrics?", "matched-test?", "matched-metrics?", "search-test?", "search-metrics?",
+                                                          "tuned-test?", "tuned-metrics?",
                                                           "lineage>lineage_path", "out-json", "out-md", "config?>config_path")),
 }
 

@@ -120,6 +120,8 @@ ARMS = {  # arm -> (what it is, the compute record that paid for it)
     "baseline": ("fixed recipe, equal optimizer steps", "baseline"),
     "baseline_matched": ("fixed recipe, the promoted path's charged responses", "baseline_matched"),
     "baseline_search": ("fixed recipe, the whole search's budget", "baseline_search"),
+    "tune_then_train": ("Optuna TPE trials from the generation-0 policy, then the best recipe for the rest of the "
+                        "budget (how users run a tuner)", "whole_search"),
     "search_control": ("unchanged harness, same backtests and val selection (other seeds)", "whole_search"),
     "random": ("random single-knob recipe search, same backtests and val selection", "whole_search"),
     "tpe": ("Optuna TPE over the recipe's knob space, same backtests and val selection", "whole_search"),
@@ -219,15 +221,18 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     correct = {"evolved": [per_prompt_correct(d, "evolved") for d in seed_dirs],
                "baseline": [per_prompt_correct(d, "baseline") for d in seed_dirs],
                "baseline_matched": [per_prompt_correct(d, "baseline_matched") for d in seed_dirs],
-               "baseline_search": [per_prompt_correct(d, "baseline_search") for d in seed_dirs]}
+               "baseline_search": [per_prompt_correct(d, "baseline_search") for d in seed_dirs],
+               "tune_then_train": [per_prompt_correct(d, "tune_then_train") for d in seed_dirs]}
     arms: dict[str, list] = {"baseline": [r["baseline_test_accuracy"] for r in rows],
                              "baseline_matched": [r.get("baseline_matched_test_accuracy") for r in rows],
-                             "baseline_search": [r.get("baseline_search_test_accuracy") for r in rows]}
+                             "baseline_search": [r.get("baseline_search_test_accuracy") for r in rows],
+                             "tune_then_train": [r.get("tune_then_train_test_accuracy") for r in rows]}
     charged = {"evolved": [_charge(r, "promoted_path") for r in rows],
                "evolved_search": [_charge(r, "search") for r in rows],
                "baseline": [_charge(r, "fixed", "baseline") for r in rows],
                "baseline_matched": [_charge(r, "fixed", "baseline_matched") for r in rows],
-               "baseline_search": [_charge(r, "fixed", "baseline_search") for r in rows]}
+               "baseline_search": [_charge(r, "fixed", "baseline_search") for r in rows],
+               "tune_then_train": [_charge(r, "tune_then_train") for r in rows]}
     search_arms = {}
     for arm in _agent_arms(rows, by_run):
         found = [by_run.get(arm_run(r["run"], arm)) for r in rows]
@@ -242,6 +247,9 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
             for r, s in zip(rows, found, strict=True):
                 r.setdefault("arm_compute", {})[arm] = s["compute"]["whole_search"]
     refused = refusals(rows, search_arms)
+    if all(v is not None for v in arms["tune_then_train"]):  # a search arm of the seed runs themselves
+        refused |= refusals(rows, {"tune_then_train": [{"run": r["run"], "ledger": {
+            "search": (r.get("ledger") or {}).get("tune_then_train")}} for r in rows]})
     for arm, reason in refused.items():
         print(f"headline: the {arm} arm is not compared: {reason}")
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
@@ -282,7 +290,7 @@ def _plot(result: dict, rows: list[dict], out_png: str) -> None:
     """Test accuracy per arm and seed (lines join a seed's arms), the arms' mean compute under their names."""
     order = [row for row in result["arms"] if row["arm"] != "evolved"] + [result["arms"][0]]
     colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "baseline_search": "#f9a825", "search_control": "#1565c0", "random": "#6a1b9a",
-               "tpe": "#00838f", "cmaes": "#c2185b", "evolved": "#2e7d32"}
+               "tpe": "#00838f", "cmaes": "#c2185b", "tune_then_train": "#283593", "evolved": "#2e7d32"}
     fig, ax = plt.subplots(figsize=(1.6 * len(order) + 2, 4))
     values = {row["arm"]: [seed[row["arm"]] for seed in result["per_seed"]] for row in order}
     for i in range(len(rows)):

@@ -207,6 +207,8 @@ def tracking_spec(cfg, out: Path, generation: int, candidate: str, candidate_dir
         where = None
     if where is not None and "arm" in where.fields:
         arm = where.fields["arm"]
+    elif where is not None and where.key.startswith("tune"):
+        arm = "tune_then_train"  # a trial of that arm (stages.tune)
     else:
         arm = "baseline" if candidate_dir is None else tracking.loop_arm(cfg.agent.name)
     tags = {"run": cfg.run, "generation": generation, "candidate": candidate, "arm": arm, "stage": "backtest",

@@ -24,7 +24,8 @@ FIXED_ARMS = {  # fixed-recipe arm -> what its budget is, as reports label it
 def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_test: str | None,
         baseline_metrics: str | None, lineage_path: str, out_json: str, out_md: str,
         matched_test: str | None = None, matched_metrics: str | None = None, config_path: str | None = None,
-        search_test: str | None = None, search_metrics: str | None = None) -> None:
+        search_test: str | None = None, search_metrics: str | None = None, tuned_test: str | None = None,
+        tuned_metrics: str | None = None) -> None:
     init = read_json(init_metrics)
     gens = [read_json(s) for s in selections]
     evolved = read_json(evolved_test)
@@ -35,6 +36,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     matched_record = read_json(matched_metrics) if matched_metrics else None
     whole = read_json(search_test) if search_test else None
     whole_record = read_json(search_metrics) if search_metrics else None
+    tuned = read_json(tuned_test) if tuned_test else None
+    tuned_record = read_json(tuned_metrics) if tuned_metrics else None
     table = lineage.read(lineage_path)
     summary = {
         "run": evolved["run"],
@@ -51,6 +54,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         "baseline_matched_test_accuracy": matched["test_accuracy"] if matched else None,
         # the fixed recipe trained for the whole search's budget (search.baseline_search)
         "baseline_search_test_accuracy": whole["test_accuracy"] if whole else None,
+        # the tuner as users run it: TPE trials from the generation-0 policy, then the best recipe (search.tune_then_train)
+        "tune_then_train_test_accuracy": tuned["test_accuracy"] if tuned else None,
         "test_stderr": evolved.get("test_stderr"),
         "candidates_tried": int(len(table)),
         "verdicts": table["verdict"].value_counts().to_dict(),
@@ -60,6 +65,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
             "baseline": (baseline_record, baseline), "baseline_matched": (matched_record, matched),
             "baseline_search": (whole_record, whole)}, evolved),
     }
+    if tuned_record is not None:
+        summary["ledger"]["tune_then_train"] = tune_charge(Path(out_json).parent, tuned_record, tuned)
     summary["comparison"] = comparisons(summary)
     write_json(out_json, summary)
     lines = [f"# EvoTrainer run `{summary['run']}`", "", f"SFT warm start: val accuracy {init['val_accuracy']:.3f}", "",
@@ -71,6 +78,11 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
               f"{book['promoted_path']['charged']:,} {book['unit']}; whole search {book['search']['charged']:,})"]
     lines += [f"- vs {c['label']} ({c['arm']}, charged {c['arm_charged']:,} {book['unit']}): "
               f"{c['arm_test_accuracy']:.3f}, evolved {c['difference']:+.3f}" for c in summary["comparison"]]
+    if "tune_then_train" in book and book["tune_then_train"]["test_accuracy"] is not None:
+        tuned = book["tune_then_train"]
+        lines += [f"- vs tune_then_train ({tuned['trials']} TPE trials, best {tuned['best']}; charged "
+                  f"{tuned['charged']:,} {book['unit']}, the whole search {book['search']['charged']:,}): "
+                  f"{tuned['test_accuracy']:.3f}, evolved {summary['evolved_test_accuracy'] - tuned['test_accuracy']:+.3f}"]
     lines += ["", f"Candidates tried: {summary['candidates_tried']} ({summary['verdicts']}). "
               f"Lineage: `{Path(lineage_path)}`.", "", "| arm | optimizer steps | sampled responses | generated tokens | "
               "trained tokens | train s |", "|---|---|---|---|---|---|"]
@@ -90,6 +102,18 @@ def run_ledger(table, run_dir: Path, config_path: str | None, fixed: dict, evolv
     return {"unit": search["unit"], "slots_per_generation": slots, "search": search,
             "promoted_path": ledger.promoted_path_charge(table), "fixed": arms,
             "auxiliary": auxiliary(table, run_dir, evolved, [test for _, test in fixed.values()])}
+
+
+def tune_charge(run_dir: Path, final: dict, test: dict | None) -> dict:
+    """The tune_then_train arm's charge: every trial's slot and the final training of the best recipe."""
+    study = read_json(RunLayout(run_dir).tune_study)
+    trials = int(study.get("charged") or 0)
+    last = int((final.get("charge") or {}).get("charged") or 0)
+    return {"label": "TPE trials from the generation-0 policy, then the best recipe for the rest of the budget",
+            "unit": (final.get("charge") or {}).get("unit", "responses"), "charged": trials + last,
+            "trials": len(study.get("trials") or []), "trials_charged": trials, "final_charged": last,
+            "best": study.get("best"), "best_val_accuracy": study.get("best_val_accuracy"),
+            "test_accuracy": (test or {}).get("test_accuracy")}
 
 
 def _max_candidates(config_path: str) -> int:

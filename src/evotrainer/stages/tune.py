@@ -1,0 +1,111 @@
+"""Stage `tune`: the tune_then_train arm of the headline, the way users run a tuner today.
+
+1. Optuna's TPE (the ``tpe`` agent's sampler and knob space, agents/tuners.py) asks ``trials`` recipes, one after
+   another. Each is backtested from the generation-0 policy for one slot's budget under every training seed and
+   told its val accuracy (a failed trial is told FAIL).
+2. The best recipe is then trained from the generation-0 policy for the rest of the same budget: ``final_steps``
+   steps in ``restarts`` chunks, as the fixed-recipe arms train. Where no trial succeeded, the initial recipe is
+   used.
+
+With ``trials = generations x agent.max_candidates`` and ``final_steps = generations x steps x seeds``, the ledger
+charges the arm as many slots as the loop's whole search (docs/compute-ledger.md).
+
+Resumable: a trial whose backtest finished is told its recorded outcome, not trained again. The sampler is seeded
+from the run seed, so the same asks follow. ``tune/study.json`` is rewritten after every trial, and the final's
+metrics.json is written last.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+from evotrainer.atomic import atomic_dir, read_json, write_json
+from evotrainer.contracts.harness import load_recipe
+from evotrainer.layout import RunLayout
+from evotrainer.runtime import diff_hash
+
+ARM = "tune_then_train"
+
+
+def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str, run_dir: str, trials: int,
+        steps: int, final_steps: int, seeds: int = 1, restarts: int = 1, threads: int = 1) -> None:
+    import optuna
+
+    from evotrainer.agents.tuners import TPETunerAgent, sampler_seed, startup_trials
+    from evotrainer.contracts.intervention import set_recipe_values, unified_diff
+    from evotrainer.contracts.knob_space import KNOB_SPACE
+    from evotrainer.stages import backtest
+    from evotrainer.stages.common import config
+
+    cfg = config(config_path)
+    layout = RunLayout(run_dir)
+    text = (Path(harness) / "recipe.yaml").read_text(encoding="utf-8")
+    parent = load_recipe(harness)
+    space = [knob.at(parent) for knob in KNOB_SPACE.values()]
+    tuner = TPETunerAgent()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():  # group=True is marked experimental; the tpe agent uses it too
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(
+            seed=sampler_seed(ARM, cfg.seed, 0), multivariate=True, group=True,
+            n_startup_trials=startup_trials(1, trials)))
+    records = []
+    for index in range(trials):
+        trial = study.ask()
+        recipe, params = tuner.ask_point(trial, space, parent, parent)
+        changes = {key: value for key, value in recipe.items() if value != parent[key]}
+        diff = unified_diff("recipe.yaml", text, set_recipe_values(text, changes)) if changes else ""
+        cid = f"trial{index}"
+        candidate, out = layout.tune_candidate(cid), layout.tune_backtest(cid)
+        if not _same_candidate(candidate, diff):  # a new trial, or one asked differently before: train it anew
+            _write_candidate(candidate, cid, diff, params, harness)
+            shutil.rmtree(out.dir, ignore_errors=True)
+        if not out.metrics.exists():
+            print(f"tune_then_train: trial {index + 1}/{trials}: "
+                  + (", ".join(f"{k} {parent[k]} -> {v}" for k, v in changes.items()) or "the initial recipe"))
+            backtest.run(config_path, policy, harness, str(candidate), data_dir, None, str(out.dir), generation=0,
+                         steps=steps, threads=threads, seeds=seeds)
+        metrics = read_json(out.metrics)
+        value = metrics.get("val_accuracy") if metrics.get("status") == "ok" else None
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, float(value))
+        records.append({"trial": cid, "params": params, "changes": changes, "status": metrics.get("status"),
+                        "failure_label": metrics.get("failure_label"), "val_accuracy": value,
+                        "charge": metrics.get("charge")})
+        write_json(layout.tune_study, _study(records))
+    best = _study(records)["best"]
+    print(f"tune_then_train: best {best or 'none (the initial recipe)'}; training it for {final_steps} steps")
+    backtest.run(config_path, policy, harness, str(layout.tune_candidate(best)) if best else None, data_dir, None,
+                 out_dir, generation=0, steps=final_steps, threads=threads, restarts=restarts)
+
+
+def _study(records: list[dict]) -> dict:
+    ok = [r for r in records if r["val_accuracy"] is not None]
+    best = max(ok, key=lambda r: r["val_accuracy"], default=None)  # the first of equals
+    return {"arm": ARM, "trials": records, "best": best["trial"] if best else None,
+            "best_val_accuracy": best["val_accuracy"] if best else None,
+            "charged": sum(int((r["charge"] or {}).get("charged") or 0) for r in records)}
+
+
+def _same_candidate(folder: Path, diff: str) -> bool:
+    try:
+        return read_json(folder / "proposal.json")["diff_hash"] == diff_hash(diff)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _write_candidate(folder: Path, cid: str, diff: str, params: dict, harness: str) -> None:
+    """The trial's candidate folder as propose writes one: harness.diff and proposal.json with its validation."""
+    from evotrainer.sandbox.candidate_check import validate
+
+    with atomic_dir(folder) as tmp:
+        (tmp / "harness.diff").write_text(diff, encoding="utf-8")
+        (tmp / "proposal.json").write_text(json.dumps({
+            "candidate_id": cid, "intervention": f"{ARM}:{cid}", "diff_hash": diff_hash(diff),
+            "hypothesis": f"{ARM} {cid}: params: {json.dumps(params, sort_keys=True)}",
+            "validation": validate(harness, diff)}, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,41 @@
+"""The tune_then_train arm's stage (stages/tune.py) on the tiny policy: TPE trials, each a real backtest from the
+generation-0 policy charged one slot, then the best recipe trained for the rest of the budget; a second run (a
+resumed job) asks the same trials and trains none of them again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evotrainer.contracts.harness import DEFAULT_HARNESS
+from evotrainer.layout import RunLayout
+from evotrainer.stages import tune
+from tests.stages.test_backtest_budgets import _world
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_trials_then_the_best_recipe_for_the_rest_of_the_budget_and_a_rerun_trains_no_trial_again(
+        tmp_path, tiny_policy, splits):
+    conf = _world(tmp_path, splits, "search.budget_unit=responses", "search.budget=256", "search.steps_per_generation=1")
+    run = RunLayout(tmp_path / "results" / "r")
+
+    def tune_once():
+        tune.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(tmp_path / "data"),
+                 str(run.baseline("tune_then_train").dir), str(run.root), trials=3, steps=1, final_steps=2)
+        return json.loads(run.tune_study.read_text())
+
+    study = tune_once()
+    assert [t["trial"] for t in study["trials"]] == ["trial0", "trial1", "trial2"]
+    assert study["charged"] == 3 * 256 and all(t["charge"]["charged"] == 256 for t in study["trials"])
+    ok = {t["trial"]: t["val_accuracy"] for t in study["trials"] if t["val_accuracy"] is not None}
+    assert study["best"] == max(ok, key=ok.get) and study["best_val_accuracy"] == max(ok.values())
+    assert any(t["changes"] for t in study["trials"])  # TPE moved knobs
+    final = json.loads(run.baseline("tune_then_train").metrics.read_text())
+    assert final["status"] == "ok" and final["charge"]["charged"] == 2 * 256
+    assert final["candidate_id"] == study["best"]  # the best trial's recipe, trained anew from generation 0
+    trained = {t: run.tune_backtest(t).metrics.stat().st_mtime_ns for t in ok}
+    again = tune_once()
+    assert [t["params"] for t in again["trials"]] == [t["params"] for t in study["trials"]]
+    assert {t: run.tune_backtest(t).metrics.stat().st_mtime_ns for t in ok} == trained
