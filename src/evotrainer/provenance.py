@@ -37,6 +37,8 @@ NOT_OUTPUTS = {CONFIG_NAME, HISTORY_NAME, "logs", "benchmarks"}
 MAY_CHANGE = (
     "run", "results_dir", "forkserver", "trainer.threads", "approvals.", "logger", "search.retention",
     "search.generations", "search.headline_seeds", "search.headline_arms",
+    # an arm beside the loop, added or dropped: nothing the run made depends on it (docs/compute-ledger.md)
+    "search.baseline_matched", "search.baseline_search", "search.tune_then_train",
     "search.train_hang_s", "trainer.verl.timeout_s", "trainer.verl.python",
     "agent.timeout_s", "agent.call_timeout_s", "agent.step_timeout_s", "agent.max_retries", "agent.max_retry_wait_s",
     "agent.base_url", "agent.api_key_env",

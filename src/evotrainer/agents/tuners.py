@@ -83,9 +83,7 @@ class _Tuner(ABC):
         proposals = []
         for _ in range(k):
             trial = study.ask()
-            recipe, params = self.ask_point(trial, space, reference, parent)
-            changes = {key: value for key, value in recipe.items() if value != parent[key]}
-            diff = unified_diff("recipe.yaml", text, set_recipe_values(text, changes)) if changes else ""
+            params, changes, diff = self.ask_diff(trial, space, reference, parent, text)
             moved = ", ".join(f"{key} {parent[key]} -> {value}" for key, value in changes.items()) or "nothing"
             proposals.append(Proposal(
                 f"{self.name}:trial{trial.number}",
@@ -130,6 +128,14 @@ class _Tuner(ABC):
             records = sorted(rows.to_dict("records"), key=lambda r: _candidate_index(r["candidate_id"]))
             out.append((int(generation), [r for r in records if _recorded_params(r) is not None]))
         return out
+
+    def ask_diff(self, trial: optuna.Trial, space: list[Knob], reference: dict, parent: dict,
+                 text: str) -> tuple[dict, dict, str]:
+        """The trial's params, the knobs it changes from ``parent`` and that change as a diff of recipe.yaml
+        (``text``; empty when nothing changes)."""
+        recipe, params = self.ask_point(trial, space, reference, parent)
+        changes = {key: value for key, value in recipe.items() if value != parent[key]}
+        return params, changes, unified_diff("recipe.yaml", text, set_recipe_values(text, changes)) if changes else ""
 
     def ask_point(self, trial: optuna.Trial, space: list[Knob], reference: dict,
                   parent: dict) -> tuple[dict, dict]:

@@ -35,7 +35,6 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
     import optuna
 
     from evotrainer.agents.tuners import TPETunerAgent, sampler_seed, startup_trials
-    from evotrainer.contracts.intervention import set_recipe_values, unified_diff
     from evotrainer.contracts.knob_space import KNOB_SPACE
     from evotrainer.stages import backtest
     from evotrainer.stages.common import config
@@ -55,9 +54,7 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
     records = []
     for index in range(trials):
         trial = study.ask()
-        recipe, params = tuner.ask_point(trial, space, parent, parent)
-        changes = {key: value for key, value in recipe.items() if value != parent[key]}
-        diff = unified_diff("recipe.yaml", text, set_recipe_values(text, changes)) if changes else ""
+        params, changes, diff = tuner.ask_diff(trial, space, parent, parent, text)
         cid = f"trial{index}"
         candidate, out = layout.tune_candidate(cid), layout.tune_backtest(cid)
         if not _same_candidate(candidate, diff):  # a new trial, or one asked differently before: train it anew
