@@ -17,6 +17,8 @@ def _compute(responses: int) -> dict:
 def _ledger(search: int, path: int = 6144, batch: int = 256) -> dict:
     """A summary's ledger block (stages.summary.run_ledger) with the charges that matter here."""
     return {"unit": "responses", "search": {"charged": search, "batch": batch}, "promoted_path": {"charged": path},
+            "auxiliary": {"rollout_responses": 512, "exit_responses": 1024, "val_responses": 400, "test_responses": 200,
+                          "train_cpu_s": 9.5, "agent": {"tokens": search // 10, "cost_usd": 0.5, "seconds": 3.0}},
             "fixed": {"baseline": {"charged": 6144}, "baseline_matched": {"charged": path},
                       "baseline_search": {"charged": search}}}
 
@@ -64,6 +66,10 @@ def test_every_arm_is_compared_paired_over_seeds_with_its_compute(tmp_path):
     per = {(row["arm"], row["run"]): row for row in result["per_arm_seed"]}
     assert per[("random", "r-seed2")] == {"arm": "random", "run": "r-seed2", "test_accuracy": 0.41, "charged": 18632}
     assert per[("evolved", "r-seed0")]["charged"] == 6144 and per[("evolved_search", "r-seed0")]["charged"] == 18432
+    # the auxiliary columns beside the charge, never in it: the agent's tokens, cost and seconds among them
+    assert table["random"]["auxiliary"]["agent_tokens"] == pytest.approx((18432 + 18532 + 18632) / 3 // 10, abs=1)
+    assert table["evolved"]["auxiliary"]["exit_responses"] == 1024 and table["evolved"]["auxiliary"]["agent_cost_usd"] == 0.5
+    assert "auxiliary" not in table["baseline"]
 
 
 def test_a_search_arm_charged_more_than_one_batch_apart_is_not_compared(tmp_path):

@@ -131,17 +131,20 @@ ARMS = {  # arm -> (what it is, the compute record that paid for it)
 
 def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
               prompt_diffs: dict[str, list[np.ndarray] | None] | None = None,
-              charged: dict[str, list[int | None]] | None = None, refused: dict[str, str] | None = None) -> list[dict]:
+              charged: dict[str, list[int | None]] | None = None, refused: dict[str, str] | None = None,
+              auxiliary: dict[str, list[dict | None]] | None = None) -> list[dict]:
     """One row per arm: test accuracy over the seeds, the evolved arm's difference to it (paired bootstrap,
     two-level where ``prompt_diffs`` has the arm), and the mean compute that bought it: sampled responses and
-    the ledger's charge (``charged``: arm -> per seed). A search arm in ``refused`` (its charged total is not
+    the ledger's charge (``charged``: arm -> per seed), and for the loop arms the ledger's auxiliary columns
+    (``auxiliary``: arm -> per seed; never charged). A search arm in ``refused`` (its charged total is not
     the evolved search's) gets the reason and no difference."""
-    charged, refused = charged or {}, refused or {}
+    charged, refused, auxiliary = charged or {}, refused or {}, auxiliary or {}
     evolved = np.array([r["evolved_test_accuracy"] for r in rows])
     table = [{"arm": "evolved", "what": "EvoTrainer: the promoted path", "test_mean": float(evolved.mean()),
               "test_iqm": float(trim_mean(evolved, 0.25)), "sampled_responses": _mean_compute(rows, "promoted_path"),
               "search_sampled_responses": _mean_compute(rows, "whole_search"),
-              "charged": _mean(charged.get("evolved")), "search_charged": _mean(charged.get("evolved_search"))}]
+              "charged": _mean(charged.get("evolved")), "search_charged": _mean(charged.get("evolved_search")),
+              **_mean_auxiliary(auxiliary.get("evolved"))}]
     for arm, values in arms.items():
         if any(v is None for v in values):
             continue
@@ -149,7 +152,8 @@ def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
         what, record = ARMS.get(arm, (f"the same loop with agent={arm} proposing, same backtests and val selection",
                                       "whole_search"))
         row = {"arm": arm, "what": what, "test_mean": float(acc.mean()), "test_iqm": float(trim_mean(acc, 0.25)),
-               "sampled_responses": _mean_compute(rows, record, arm), "charged": _mean(charged.get(arm))}
+               "sampled_responses": _mean_compute(rows, record, arm), "charged": _mean(charged.get(arm)),
+               **_mean_auxiliary(auxiliary.get(arm))}
         if arm in refused:
             table.append(row | {"refused": refused[arm]})
             continue
@@ -157,6 +161,20 @@ def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
         table.append(row | {"evolved_minus_arm": diff["difference_mean"], "ci_low": diff["ci_low"],
                             "ci_high": diff["ci_high"], "interval": diff["interval"]})
     return table
+
+
+AUXILIARY = ("rollout_responses", "exit_responses", "val_responses", "test_responses", "train_cpu_s")
+
+
+def _mean_auxiliary(records: list[dict | None] | None) -> dict:
+    """The seeds' mean auxiliary columns (stages.summary.auxiliary), the agent's tokens, cost and seconds among
+    them; empty where a seed has none."""
+    if not records or any(not r for r in records):
+        return {}
+    flat = [{**{key: r.get(key) or 0 for key in AUXILIARY},
+             **{f"agent_{key}": (r.get("agent") or {}).get(key) or 0 for key in ("tokens", "cost_usd", "seconds")}}
+            for r in records]
+    return {"auxiliary": {key: float(np.mean([f[key] for f in flat])) for key in flat[0]}}
 
 
 def _mean(values: list | None) -> float | None:
@@ -233,6 +251,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
                "baseline_matched": [_charge(r, "fixed", "baseline_matched") for r in rows],
                "baseline_search": [_charge(r, "fixed", "baseline_search") for r in rows],
                "tune_then_train": [_charge(r, "tune_then_train") for r in rows]}
+    auxiliary = {"evolved": [(r.get("ledger") or {}).get("auxiliary") for r in rows]}
     search_arms = {}
     for arm in _agent_arms(rows, by_run):
         found = [by_run.get(arm_run(r["run"], arm)) for r in rows]
@@ -243,6 +262,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
             search_arms[arm] = found
             arms[arm] = [s["evolved_test_accuracy"] for s in found]
             charged[arm] = [_charge(s, "search") for s in found]
+            auxiliary[arm] = [(s.get("ledger") or {}).get("auxiliary") for s in found]
             correct[arm] = [per_prompt_correct(arm_dirs[s["run"]], "evolved") for s in found]
             for r, s in zip(rows, found, strict=True):
                 r.setdefault("arm_compute", {})[arm] = s["compute"]["whole_search"]
@@ -266,7 +286,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
         # the same comparison against the fixed recipe given as many sampled responses as the promoted path
         "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float), prompt_diffs=diffs.get("baseline_matched"))
                                 if all(m is not None for m in matched) else None),
-        "arms": arm_table(rows, arms, diffs, charged, refused),
+        "arms": arm_table(rows, arms, diffs, charged, refused, auxiliary),
         "refused": refused,
         "unit": next((r["ledger"]["unit"] for r in rows if r.get("ledger")), None),
         # per arm and seed: test accuracy and the ledger's charge (search arms: their whole search; the fixed
