@@ -786,10 +786,11 @@ def equal_compute_budget(cfg: DictConfig) -> dict[str, Any] | None:
     search = cfg.search
     if search.budget_unit != "steps" or not responses_budget_supported(cfg):
         return None
-    harness = initial_harness_path(cfg)
-    if not (harness / "recipe.yaml").is_file():
-        return None  # a missing initial harness is the init stage's error
-    recipe = load_recipe(harness) | starting_recipe(cfg)
+    try:
+        harness = initial_harness_path(cfg)
+        recipe = load_recipe(harness) | starting_recipe(cfg)
+    except Exception:  # noqa: BLE001 - a task that cannot load (missing data) or a bad harness
+        return None  # preflight and the init stage say what is wrong, each in its own words
     return {"budget_unit": "responses",
             "budget": int(search.steps_per_generation) * int(recipe["prompts_per_step"]) * int(recipe["group_size"])}
 

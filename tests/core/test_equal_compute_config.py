@@ -23,6 +23,8 @@ def test_a_steps_budget_becomes_the_same_budget_in_responses_for_the_headline():
     assert equal_compute_budget(wider)["budget"] == 12 * 32 * 16  # the starting recipe's batch, as written
     assert equal_compute_budget(validate(compose(["search.budget_unit=responses", "search.budget=640"]))) is None
     assert equal_compute_budget(validate(compose(["task=agentic"]))) is None  # multi-turn: steps only
+    # a task that cannot load (its data folder is missing): no budget, and no error here; preflight names it
+    assert equal_compute_budget(validate(compose(["task=math", "task.data_dir=/nonexistent/data"]))) is None
 
 
 def test_the_equal_charged_responses_arm_is_on_wherever_it_can_run():
