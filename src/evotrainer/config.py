@@ -330,13 +330,17 @@ class BacktestBudgetConf:
 # `search.headline_arms`: the arms of the seed runs themselves (the loop, the fixed recipe at equal steps and at equal
 # sampled responses) and the agent arms, each its own loop run per seed with that agent proposing
 SEED_RUN_ARMS = ("evolved", "fixed", "fixed_matched", "fixed_search", "tune_then_train")  # arms of the seed runs
-AGENT_ARMS = ("search_control", "random", "tpe", "cmaes")  # tpe, cmaes: Optuna tuners (agents/tuners.py)
-DEFAULT_HEADLINE_ARMS = (*SEED_RUN_ARMS, *AGENT_ARMS)
+# tpe, cmaes: Optuna tuners (agents/tuners.py); pbt: population-based training over the generation's slots (agents/pbt.py)
+AGENT_ARMS = ("search_control", "random", "tpe", "cmaes", "pbt")
+# the loop's own agent in another search mode: population = search.mode=population (search/population.py)
+MODE_ARMS = ("population",)
+DEFAULT_HEADLINE_ARMS = (*SEED_RUN_ARMS, *AGENT_ARMS, *MODE_ARMS)
+PBT_MIN_POPULATION = 4  # pbt: the generation's slots (1 + agent.max_candidates) are its population
 
 
 def check_headline_arms(arms: Any) -> str | None:
     """The problem with ``search.headline_arms`` (one line), or None."""
-    allowed = [*SEED_RUN_ARMS, *AGENT_ARMS]
+    allowed = [*SEED_RUN_ARMS, *AGENT_ARMS, *MODE_ARMS]
     for arm in arms:
         if arm not in allowed:
             return (f"'search.headline_arms' names {str(arm)!r}, which is not an arm; allowed: {allowed}"
@@ -348,8 +352,19 @@ def check_headline_arms(arms: Any) -> str | None:
 
 
 @dataclass
+class PopulationSearchConf:
+    """``search.mode=population`` (evotrainer.search.population, docs/population.md)."""
+
+    archive_size: int = between(8, 1, 10000)  # the fittest members parents are drawn from
+    temperature: float = between(0.02, 1e-6, 10.0)  # val-accuracy scale of the fitness term of a parent's weight
+    crossover: bool = True  # one of the generation's agent slots re-applies a verified change of another branch
+
+
+@dataclass
 class SearchConf:
-    mode: str = one_of("single", "single")
+    # single: one lineage, each generation starts from the last one's winner; population: an archive of elites,
+    # each generation's parent drawn from it (docs/population.md)
+    mode: str = one_of("single", "single", "population")
     generations: int = between(3, 1, 1000)
     steps_per_generation: int = between(200, 1, 1000000)
     # the training budget of every backtest: `steps` (steps_per_generation optimizer steps, as before), or a
@@ -381,6 +396,7 @@ class SearchConf:
     train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
     retention: str = one_of("all", "all", "needed")  # needed: delete what no later stage reads (docs/retention.md)
     diagnostics: DiagnosticsSearchConf = field(default_factory=lambda: DiagnosticsSearchConf())
+    population: PopulationSearchConf = field(default_factory=lambda: PopulationSearchConf())
     backtest_budget: BacktestBudgetConf = field(default_factory=lambda: BacktestBudgetConf())
 
 
@@ -660,6 +676,11 @@ def validate(cfg: DictConfig) -> DictConfig:
     problem = check_loggers(merged.logger) or check_headline_arms(merged.search.headline_arms)
     if problem:
         raise ConfigError(f"config: {problem}")
+    if (merged.agent.name == "pbt" or "pbt" in merged.search.headline_arms) and \
+            1 + int(merged.agent.max_candidates) < PBT_MIN_POPULATION:
+        raise ConfigError(f"config: the pbt arm's population is a generation's slots (1 + agent.max_candidates = "
+                          f"{1 + int(merged.agent.max_candidates)}); it needs at least {PBT_MIN_POPULATION}: set "
+                          f"agent.max_candidates={PBT_MIN_POPULATION - 1} or more")
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")

@@ -133,6 +133,11 @@ TEMPLATES: dict[str, str] = {
     "tune_study": "tune/study.json",
     "tune_candidate": "tune/{cid}/candidate",
     "tune_backtest": "tune/{cid}/backtest",
+    # search.mode=population: the final elite's last backtest again under fresh training seeds (stages.elite)
+    "elite": "elite",
+    "elite_json": "elite/elite.json",
+    "elite_candidate": "elite/candidate",
+    "elite_backtest": "elite/backtest",
     # test evaluation of an arm (evolved, baseline, baseline_matched)
     "eval": "eval/{arm}",
     "test_metrics": "eval/{arm}/test_metrics.json",
@@ -481,6 +486,14 @@ class RunLayout:
     def tune_backtest(self, cid: str) -> TrainingRunLayout:
         """A tune_then_train trial's backtest from the generation-0 policy."""
         return TrainingRunLayout(self.path("tune_backtest", cid=cid))
+
+    elite_json = _Entry("elite_json")
+    elite_candidate = _Entry("elite_candidate")
+
+    @property
+    def elite_backtest(self) -> TrainingRunLayout:
+        """search.mode=population: the final elite's last backtest again, under fresh training seeds."""
+        return TrainingRunLayout(self.path("elite_backtest"))
 
     def eval(self, arm: str) -> Path:
         return self.path("eval", arm=arm)

@@ -21,6 +21,7 @@ AGENTS = Registry("agent", "evotrainer.agents", {
     "random": "evotrainer.agents.baselines:RandomSearchAgent",
     "tpe": "evotrainer.agents.tuners:TPETunerAgent",  # tuners on Optuna over the knob space (docs/tuners.md)
     "cmaes": "evotrainer.agents.tuners:CmaEsTunerAgent",
+    "pbt": "evotrainer.agents.pbt:PBTAgent",  # population-based training over a generation's slots
     "claude": "evotrainer.agents.claude:make",  # the SDKs are imported only when an agent is made
     "openai": "evotrainer.agents.openai_agent:make",
 }, ValueError, descriptions={
@@ -29,6 +30,7 @@ AGENTS = Registry("agent", "evotrainer.agents", {
     "random": "baseline arm: one recipe knob per candidate, set at random near its current value",
     "tpe": "tuner: Optuna's TPE over the recipe's knob space, rebuilt from the run's lineage each generation",
     "cmaes": "tuner: Optuna's CMA-ES over the recipe's numeric knobs (categoricals at random), rebuilt likewise",
+    "pbt": "arm: population-based training; the bottom quarter copies the top member's policy and perturbs its recipe",
     "claude": "an LLM agent through the anthropic SDK (Messages API with tool use; agent.model)",
     "openai": "an LLM agent through any OpenAI-compatible chat-completions endpoint (agent.model, agent.base_url)",
 })

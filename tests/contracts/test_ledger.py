@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from evotrainer.contracts import ledger
+from evotrainer.contracts import ledger, lineage
 
 pytestmark = pytest.mark.fast
 
@@ -51,14 +51,14 @@ def test_the_whole_search_charges_unused_slots_and_extra_ones():
     assert [g["charged"] for g in search["generations"]] == [3000, 1000 + 1500 + 1000 + 1000]
     assert search["charged"] == 7500 and search["slots"] == 6 and search["unused_slots"] == 1
     assert search["sampled_responses"] == 1000 + 1000 + 1500 + 1000 + 200 and search["batch"] == 256
-    path = ledger.promoted_path_charge(table)
+    path = ledger.promoted_path_charge(lineage.promoted_path(table))
     assert path["charged"] == 1000 + 1500 and path["unit"] == "responses"
 
 
 def test_a_lineage_from_before_the_ledger_counts_what_it_sampled():
     table = pd.DataFrame([{"generation": 0, "candidate_id": "control", "verdict": "kept",
                            "compute": json.dumps({"sampled_responses": 640}), "charge": None}])
-    assert ledger.search_charge(table, 1)["charged"] == 640 and ledger.promoted_path_charge(table)["charged"] == 640
+    assert ledger.search_charge(table, 1)["charged"] == 640 and ledger.promoted_path_charge(lineage.promoted_path(table))["charged"] == 640
 
 
 def test_totals_within_one_batch_are_equal():

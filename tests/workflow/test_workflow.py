@@ -267,10 +267,12 @@ def test_cli_commands_on_a_finished_run(finished_run):
 
 def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_same_trials(tmp_path):
     """`snakemake headline --config experiment=headline_smoke` in a workdir of its own: one seed, two generations of
-    two candidates, every arm (the loop; the fixed recipe at equal steps, at the promoted path's charged responses
-    and at the whole search's budget; search_control, random, TPE and CMA-ES loops). Every search arm is charged
-    exactly the evolved search's total (every slot its 1,024 responses), headline.json lists each arm's test
-    accuracy and charge, and proposing a tuner's generation 1 again (a resumed run) asks the same trials."""
+    three candidates, every arm (the loop; the fixed recipe at equal steps, at the promoted path's charged responses
+    and at the whole search's budget; search_control, random, TPE, CMA-ES, PBT and population-mode loops). Every
+    search arm is charged exactly the evolved search's total (every slot its 1,024 responses), headline.json lists
+    each arm's test accuracy and charge, PBT's exploiting members start from the top member's policy, the
+    population's final elite is re-run under fresh seeds, and proposing a tuner's generation 1 again (a resumed
+    run) asks the same trials."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
            "--cores", "2", "headline", "--config", "experiment=headline_smoke"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
@@ -279,9 +281,9 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     headline = json.loads((results / "default-headline" / "headline.json").read_text())
     assert headline["seeds"] == 1 and headline["unit"] == "responses" and headline["refused"] == {}
     table = {row["arm"]: row for row in headline["arms"]}
-    search_arms = ("tune_then_train", "search_control", "random", "tpe", "cmaes")
+    search_arms = ("tune_then_train", "search_control", "random", "tpe", "cmaes", "pbt", "population")
     assert list(table) == ["evolved", "baseline", "baseline_matched", "baseline_search", *search_arms]
-    slots = 2 * (1 + 2)  # generations x (control + 2 candidates), one training seed
+    slots = 2 * (1 + 3)  # generations x (control + 3 candidates), one training seed
     for arm in search_arms:  # equal charged totals: exactly, since a responses budget is met exactly
         assert table[arm]["charged"] == table["evolved"]["search_charged"] == slots * 1024, arm
         assert "evolved_minus_arm" in table[arm] and 0 <= table[arm]["test_mean"] <= 1
@@ -290,10 +292,10 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     per = {row["arm"]: row for row in headline["per_arm_seed"]}
     assert set(per) == {"evolved", "evolved_search", "baseline", "baseline_matched", "baseline_search", *search_arms}
     assert all(row["charged"] > 0 and row["run"] == "default-seed0" for row in per.values())
-    # tune_then_train: 4 TPE trials from the generation-0 policy, then the best recipe for the 2 slots left
+    # tune_then_train: 6 TPE trials from the generation-0 policy, then the best recipe for the 2 slots left
     seed_run = results / "default-seed0"
     study = json.loads((seed_run / "tune" / "study.json").read_text())
-    assert len(study["trials"]) == 4 and study["charged"] == 4 * 1024
+    assert len(study["trials"]) == 6 and study["charged"] == 6 * 1024
     assert json.loads((seed_run / "tune_then_train" / "metrics.json").read_text())["charge"]["charged"] == 2 * 1024
     # every loop search arm: the same slots, each charged its budget whatever became of it; its own skill library
     for arm in search_arms[1:]:
@@ -302,7 +304,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
         charges = [json.loads(c) for c in lineage.read(run / "lineage.parquet")["charge"]]
         assert all(c["charged"] == 1024 for c in charges) and summary["ledger"]["search"]["unused_slots"] == 0, arm
         proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
-        assert proposal["agent"] == arm
+        assert proposal["agent"] == ("heuristic" if arm == "population" else arm)  # population: the loop's agent
         config = yaml.safe_load((run / "config.yaml").read_text())
         assert config["skills"]["library_dir"].endswith(f"{run.name}/skill_library") and config["skills"]["enabled"]
         assert not (run / "baseline").exists() and not (run / "baseline_matched").exists()
@@ -323,7 +325,26 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
                                timeout=600)
         assert again.returncode == 0, again.stderr[-3000:]
         after = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
-        assert before == after and len(before) == 1 + 2, arm  # control and two trials
+        assert before == after and len(before) == 1 + 3, arm  # control and three trials
+    # PBT: generation 1's bottom quarter (1 of 4) starts from the top member, the rest continue their own policies
+    pbt = results / "default-seed0-pbt"
+    top = json.loads((pbt / "gen0" / "selection.json").read_text())["promoted"]
+    gen1 = [json.loads(p.read_text()) for p in sorted((pbt / "gen1" / "candidates").glob("c*/proposal.json"))]
+    exploit = [p for p in gen1 if p["intervention"] == "pbt:exploit"]
+    assert len(exploit) == 1 and exploit[0]["parent"] == {"generation": 0, "candidate_id": top}
+    assert all(p["parent"]["generation"] == 0 and (p["intervention"] == "pbt:exploit" or p["parent"]["candidate_id"] != top)
+               for p in gen1)
+    table = lineage.read(pbt / "lineage.parquet")
+    assert (table[table["generation"] == 1]["parent_generation"] == 0).all()
+    # population mode: every backtest names its parent, the final elite ran again under fresh seeds
+    population = results / "default-seed0-population"
+    table = lineage.read(population / "lineage.parquet")
+    later = table[table["generation"] == 1]
+    assert later["parent_generation"].notna().all() and (later["parent_generation"] < 1).all()
+    elite = json.loads((population / "elite" / "elite.json").read_text())
+    assert elite["fresh_status"] in ("ok", "failed") and elite["fresh_seed_offset"] == 1000
+    gap = json.loads((population / "summary.json").read_text())["val_test_gap"]
+    assert gap["selection_val_accuracy"] == elite["selection_val_accuracy"] and "fresh_val_accuracy" in gap
     assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 
 

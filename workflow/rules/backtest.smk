@@ -192,3 +192,30 @@ rule tune_then_train:
         " --data-dir {params.data} --out-dir {params.out} --run-dir {params.run_dir} --trials {params.trials}"
         " --steps {params.steps} --final-steps {params.final_steps} --seeds {params.seeds}"
         " --restarts {params.restarts} --threads {threads} > {log} 2>&1"
+
+
+# search.mode=population: the final elite's last backtest again under fresh training seeds (stages/elite.py), so
+# that the summary can set the selection's val accuracy beside a fresh one and the test accuracy. Never charged.
+rule elite:
+    input:
+        policy=P("policy", g=G),
+        selection=P("selection", g=G - 1),
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+    output:
+        P.elite_json,
+    params:
+        evo=EVO,
+        conf=run_config,
+        run=run_dir,
+        steps=STEPS,
+    threads: TRAIN_THREADS
+    benchmark:
+        P("benchmark", job="elite")
+    log:
+        P("log", job="elite"),
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} elite --config {params.conf} --run-dir {params.run} --out {output} --steps {params.steps}"
+        " --threads {threads} > {log} 2>&1"

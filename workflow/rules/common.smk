@@ -120,12 +120,16 @@ RUN_CONFIGS = {RUN: CFG} | {
 SEARCH_ARMS = tuple(arm for arm in CFG.search.headline_arms if arm not in SEED_RUN_ARMS)  # search.headline_arms
 ARM_RUNS = {arm_run(name, arm): (seed, arm) for name, seed in HEADLINE_RUNS.items() for arm in SEARCH_ARMS}
 ARM_LOOP = {arm_run(name, arm): name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
+# population: the loop's own agent in search.mode=population; pbt: its members are promoted on val alone (greedy,
+# min_gain 0: the top member continues as the next generation's control)
+ARM_SETTINGS = {"population": {"agent": {"name": CFG.agent.name}, "search": {"mode": "population"}},
+                "pbt": {"search": {"selection": "greedy", "min_gain": 0.0}}}
 RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": True, "library_dir": str(run_layout(name).skill_library)},
         "agent": {"name": arm, "extra_candidates": None, "max_candidates": CFG.agent.max_candidates},
         "search": HEADLINE_SEARCH | {"baseline": False, "baseline_matched": "false", "baseline_search": False,
-                                     "tune_then_train": False}}))
+                                     "tune_then_train": False}}, ARM_SETTINGS.get(arm, {})))
     for name, (seed, arm) in ARM_RUNS.items()
 }
 if EQUAL_BUDGET and "headline" in sys.argv:
@@ -189,6 +193,13 @@ def earlier_lineage_parts(wildcards):
     return [str(layout(wildcards).gen(g).lineage) for g in range(int(wildcards.g))]
 
 
+def population_lineage_parts(wildcards):
+    """search.mode=population: the earlier generations' lineage files (the archive select draws parents from)."""
+    if RUN_CONFIGS[wildcards.run].search.mode != "population":
+        return []
+    return earlier_lineage_parts(wildcards)
+
+
 def all_lineage_parts(wildcards):
     return [str(layout(wildcards).gen(g).lineage) for g in range(G)]
 
@@ -246,6 +257,8 @@ def baseline_inputs(wildcards):
     if RUN_CONFIGS[wildcards.run].search.baseline_search:
         arms |= {"search_test": str(run.test_metrics("baseline_search")),
                  "search_metrics": str(run.baseline("baseline_search").metrics)}
+    if RUN_CONFIGS[wildcards.run].search.mode == "population":  # the final elite under fresh seeds (rule elite)
+        arms |= {"elite": str(run.elite_json)}
     return arms
 
 

@@ -62,7 +62,8 @@ rule summary:
         + (f" --search-test {input.search_test} --search-metrics {input.search_metrics}"
            if "search_test" in input.keys() else "")
         + (f" --tuned-test {input.tuned_test} --tuned-metrics {input.tuned_metrics}"
-           if "tuned_test" in input.keys() else ""),
+           if "tuned_test" in input.keys() else "")
+        + (f" --elite {input.elite}" if "elite" in input.keys() else ""),
     benchmark:
         P("benchmark", job="summary")
     log:

@@ -4,6 +4,8 @@ rule select:
         harness=P.harness,
         metrics=backtest_metrics,
         approval=approval_file("backtest"),
+        # search.mode=population draws the next parent from the whole lineage (single: this generation's only)
+        lineage=population_lineage_parts,
     output:
         selection=P.selection,
         lineage=P.lineage_part,
@@ -11,6 +13,7 @@ rule select:
         evo=EVO,
         conf=run_config,
         backtests=lambda wc: str(layout(wc).gen(wc.g).backtests),
+        lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
     benchmark:
         P("gen_benchmark", job="select")
     log:
@@ -20,7 +23,7 @@ rule select:
     shell:
         "{params.evo} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
         " --harness {input.harness} --out {output.selection} --out-lineage {output.lineage} --generation {wildcards.g}"
-        " > {log} 2>&1"
+        " {params.lineage} > {log} 2>&1"
 
 
 # The winner of generation g-1 becomes the starting point of generation g (g >= 1; gen0 comes from init).

@@ -82,9 +82,11 @@ STAGES: dict[str, Command] = {
     "tune": Command("evotrainer.stages.tune:run", (
         "config>config_path", "policy", "harness", "data-dir", "out-dir", "run-dir", "trials:int", "steps:int",
         "final-steps:int", "seeds:int", "restarts:int", "threads:int"), "the tune_then_train arm: TPE trials, then the best"),
+    "elite": Command("evotrainer.stages.elite:run", ("config>config_path", "run-dir", "out", "steps:int", "threads:int"),
+                     "search.mode=population: the final elite's last backtest again under fresh training seeds"),
     "train": Command("evotrainer.stages.backtest:train_child", ("job>job_path",), "the supervised training child of a backtest"),
     "select": Command("evotrainer.stages.select:run", ("config", "candidates>candidates_dir", "backtest-dir", "harness>harness_dir",
-                                                        "out", "out-lineage", "generation:int")),
+                                                        "out", "out-lineage", "generation:int", "lineage+?>lineage_parts")),
     "promote": Command("evotrainer.stages.select:promote", ("selection", "backtest-dir", "out-policy", "out-harness",
                                                              "out-train-log")),
     "lineage": Command("evotrainer.stages.select:merge_lineage", ("parts+", "out")),
@@ -98,7 +100,7 @@ STAGES: dict[str, Command] = {
     "headline": Command("evotrainer.report.headline:run", ("summaries+", "arm-summaries+?", "out-json", "out-png")),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
                                                           "baseline-metrics?", "matched-test?", "matched-metrics?", "search-test?", "search-metrics?",
-                                                          "tuned-test?", "tuned-metrics?",
+                                                          "tuned-test?", "tuned-metrics?", "elite?",
                                                           "lineage>lineage_path", "out-json", "out-md", "config?>config_path")),
 }
 

@@ -52,6 +52,9 @@ class Proposal:
     diff: str
     # train under other seeds than the generation's control (the search-control arm's replicas of it)
     seed_offset: int = 0
+    # the backtest whose trained policy and harness this candidate starts from ({"generation": g, "candidate_id":
+    # cid}, g before this generation): a PBT member or a population's branch; None: the generation's parent
+    parent: dict | None = None
 
 
 def touched_files(diff_text: str) -> list[str]:

@@ -93,10 +93,10 @@ def search_charge(table, slots_per_generation: int) -> dict:
     return {"unit": unit or "responses", "batch": batch, **total, "generations": generations}
 
 
-def promoted_path_charge(table, unit: str = "responses") -> dict:
-    """What the promoted path (the backtests whose policies were promoted or kept) was charged; a row without a
-    charge record counts what its compute record says it spent in ``unit``."""
-    promoted = table[table["verdict"].isin(["promoted", "kept"])]
+def promoted_path_charge(promoted, unit: str = "responses") -> dict:
+    """What the promoted path was charged: ``promoted``, its lineage rows (``lineage.promoted_path``: the
+    backtests the final policy descends from); a row without a charge record counts what its compute record says
+    it spent in ``unit``."""
     records = [as_record(c) for c in promoted["charge"]] if "charge" in promoted else [None] * len(promoted)
     computes = [as_record(c) or {} for c in promoted["compute"]]
     known = [r for r in records if r]

@@ -33,6 +33,8 @@ FAILURE_LABELS = (
     "agent_no_tool_call", "agent_bad_tool_call", "agent_no_diff", "agent_non_utf8", "agent_diff_too_large",
     "agent_wrong_file", "agent_not_a_diff", "agent_diff_does_not_apply", "agent_duplicate", "agent_api_error",
     "agent_timeout", "agent_budget_exhausted", "agent_malformed_reply",
+    # a candidate whose named parent (an earlier backtest) has no saved policy or harness, or is not earlier
+    "parent_missing",
 )
 
 SCHEMA = pa.schema(
@@ -62,6 +64,11 @@ SCHEMA = pa.schema(
         ("compute", pa.string()),  # JSON: the backtest's compute (responses, tokens, steps, seconds)
         ("charge", pa.string()),  # JSON: what the slot was charged (contracts.ledger: budget, spent, charged)
         ("recorded_at", pa.float64()),
+        # the backtest whose policy and harness this one started from (generation 0's control: none, the init
+        # policy); the lineage's DAG (a single lineage: the previous generation's promoted or kept row)
+        ("parent_generation", pa.int64()),
+        ("parent_candidate_id", pa.string()),
+        ("gain_ci_low", pa.float64()),  # the lower end of the candidate's paired val-gain interval vs its control
     ]
 )
 
@@ -110,6 +117,38 @@ def merge(parts: list[str], out: str) -> None:
     write_parquet(out, pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False))
 
 
+def _parent(row: dict) -> tuple[int, str] | None:
+    generation = row.get("parent_generation")
+    if generation is None or pd.isna(generation):
+        return None
+    return int(generation), str(row["parent_candidate_id"])
+
+
+def ancestry(table: pd.DataFrame, key: tuple[int, str]) -> list[tuple[int, str]]:
+    """The backtest ``key`` (generation, candidate_id) and its ancestors through the parent columns, oldest first
+    (a parent missing from the table ends the walk)."""
+    rows = {(int(r["generation"]), str(r["candidate_id"])): r for r in table.to_dict("records")}
+    path, seen = [], set()
+    while key is not None and key in rows and key not in seen:
+        seen.add(key)
+        path.append(key)
+        key = _parent(rows[key])
+    return path[::-1]
+
+
+def promoted_path(table: pd.DataFrame) -> pd.DataFrame:
+    """The backtests the run's final policy descends from: the last generation's promoted (or kept) row and its
+    ancestors through the parent columns (a population's branches, PBT members); a lineage without parent columns
+    (written before them) gives its promoted and kept rows, the single lineage's path."""
+    chosen = table[table["verdict"].isin(["promoted", "kept"])]
+    if chosen.empty or "parent_generation" not in table or table["parent_generation"].isna().all():
+        return chosen
+    last = chosen[chosen["generation"] == chosen["generation"].max()].iloc[0]
+    keys = ancestry(table, (int(last["generation"]), str(last["candidate_id"])))
+    index = {(int(r["generation"]), str(r["candidate_id"])): i for i, r in enumerate(table.to_dict("records"))}
+    return table.iloc[[index[k] for k in keys]]
+
+
 # the backtests' compute records (the ``compute`` column, JSON) and their sums per arm of a run
 COMPUTE_KEYS = ("optimizer_steps", "sampled_responses", "generated_tokens", "prompt_tokens", "trained_tokens",
                 "eval_responses", "eval_generated_tokens", "train_wall_s", "eval_wall_s", "train_cpu_s")
@@ -129,7 +168,7 @@ def add_compute(records) -> dict:
 def arm_compute(table, baseline_metrics: dict | None, matched_metrics: dict | None = None,
                 search_metrics: dict | None = None) -> dict:
     """Compute per arm, from the lineage's per-backtest records and the baselines' metrics."""
-    promoted = table[table["verdict"].isin(["promoted", "kept"])]
+    promoted = promoted_path(table)
     arms = {"promoted_path": add_compute(c for c in promoted["compute"] if isinstance(c, str)),
             "whole_search": add_compute(c for c in table["compute"] if isinstance(c, str))}
     if baseline_metrics is not None:

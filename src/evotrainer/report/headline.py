@@ -126,6 +126,10 @@ ARMS = {  # arm -> (what it is, the compute record that paid for it)
     "random": ("random single-knob recipe search, same backtests and val selection", "whole_search"),
     "tpe": ("Optuna TPE over the recipe's knob space, same backtests and val selection", "whole_search"),
     "cmaes": ("Optuna CMA-ES over the recipe's knob space, same backtests and val selection", "whole_search"),
+    "pbt": ("population-based training over each generation's slots: the bottom quarter copies the top member's "
+            "policy and perturbs its recipe", "whole_search"),
+    "population": ("the loop's agent in population mode: an archive of elites, parents drawn by fitness, "
+                   "productivity, novelty and coverage, crossover", "whole_search"),
 }
 
 
@@ -309,7 +313,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
 def _plot(result: dict, rows: list[dict], out_png: str) -> None:
     """Test accuracy per arm and seed (lines join a seed's arms), the arms' mean compute under their names."""
     order = [row for row in result["arms"] if row["arm"] != "evolved"] + [result["arms"][0]]
-    colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "baseline_search": "#f9a825", "search_control": "#1565c0", "random": "#6a1b9a",
+    colours = {"baseline": "#ef6c00", "baseline_matched": "#8d6e63", "baseline_search": "#f9a825", "search_control": "#1565c0", "random": "#6a1b9a", "pbt": "#00838f", "population": "#2e7d32",
                "tpe": "#00838f", "cmaes": "#c2185b", "tune_then_train": "#283593", "evolved": "#2e7d32"}
     fig, ax = plt.subplots(figsize=(1.6 * len(order) + 2, 4))
     values = {row["arm"]: [seed[row["arm"]] for seed in result["per_seed"]] for row in order}

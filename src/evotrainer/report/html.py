@@ -137,15 +137,10 @@ def plot_lineage_tree(data: RunData) -> bytes:
         rows = table[table["generation"] == g].reset_index(drop=True)
         for i, row in rows.iterrows():
             positions[(g, row["candidate_id"])] = (g, -i)
-    for g in gens[1:]:
-        parent = table[(table["generation"] == g - 1) & table["verdict"].isin(["promoted", "kept"])]
-        if parent.empty:
-            continue
-        px, py = positions[(g - 1, parent["candidate_id"].iloc[0])]
-        for (gg, _cid), (x, y) in positions.items():
-            if gg == g:
-                ax.annotate("", xy=(x - 0.42, y), xytext=(px + 0.42, py),
-                            arrowprops={"arrowstyle": "->", "color": "#999", "lw": 0.8})
+    for (g, _cid), (px, py), (x, y) in _lineage_edges(table, positions):
+        ax.annotate("", xy=(x - 0.42, y), xytext=(px + 0.42, py),
+                    arrowprops={"arrowstyle": "->", "color": "#999", "lw": 0.8,
+                                "connectionstyle": "arc3,rad=0.0" if px == g - 1 else "arc3,rad=-0.2"})
     for (g, cid), (x, y) in positions.items():
         row = table[(table["generation"] == g) & (table["candidate_id"] == cid)].iloc[0]
         delta = row["delta_vs_control"]
@@ -161,6 +156,28 @@ def plot_lineage_tree(data: RunData) -> bytes:
     handles = [plt.Line2D([], [], marker="s", ls="", mec=c, mfc="white", mew=2, label=v) for v, c in VERDICT_COLOURS.items()]
     ax.legend(handles=handles, loc="lower left", fontsize=7, ncol=4, bbox_to_anchor=(0, -0.25))
     return _png(fig)
+
+
+def _lineage_edges(table: pd.DataFrame, positions: dict) -> list:
+    """(child, parent position, child position) per backtest: its recorded parent (a population's or PBT's DAG,
+    which may skip generations), else, in a lineage written before the parent columns, the previous generation's
+    promoted or kept candidate."""
+    edges = []
+    has_parents = "parent_generation" in table and table["parent_generation"].notna().any()
+    for row in table.to_dict("records"):
+        child = (row["generation"], row["candidate_id"])
+        if has_parents:
+            if pd.isna(row.get("parent_generation")):
+                continue
+            parent = (int(row["parent_generation"]), str(row["parent_candidate_id"]))
+        else:
+            previous = table[(table["generation"] == row["generation"] - 1) & table["verdict"].isin(["promoted", "kept"])]
+            if previous.empty:
+                continue
+            parent = (row["generation"] - 1, previous["candidate_id"].iloc[0])
+        if parent in positions and child in positions:
+            edges.append((child, positions[parent], positions[child]))
+    return edges
 
 
 def plot_findings_heatmap(data: RunData) -> bytes:

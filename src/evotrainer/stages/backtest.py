@@ -55,7 +55,7 @@ from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.sandbox.candidate_check import check_harness
-from evotrainer.stages.common import backtest_summary, config, read_split, task_of
+from evotrainer.stages.common import backtest_summary, config, read_split, starting_point, task_of
 
 EXIT_PROMPTS = 64  # probe prompts sampled (x group size) from the trained policy as the branch's evidence
 _SIGNAL_LABELS = {signal.SIGKILL: "oom_killed", signal.SIGSEGV: "train_crash", signal.SIGABRT: "train_crash",
@@ -105,6 +105,12 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     track = tracking_spec(cfg, out, generation, proposal["candidate_id"], candidate_dir, split_name)
     tracking.require(track.loggers)  # a missing library: one line, before anything trains
     track.clear()  # this backtest run again replaces its curves
+    parent_error = None
+    if candidate_dir:  # a PBT member or a population's branch starts from its named parent's policy and harness
+        try:
+            parent_policy, parent_harness = starting_point(out, proposal, generation, parent_policy, parent_harness)
+        except CandidateError as err:
+            parent_error = err
     slot = slot_budget(cfg, parent_harness, steps, seeds, match_lineage)
 
     def failed(label: str, error: str, **extra) -> None:  # a failed slot is charged in full (contracts.ledger)
@@ -114,6 +120,8 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
     validation = proposal.get("validation", {"ok": True})
     if not validation["ok"]:
         return failed(validation["failure_label"], validation["error"])
+    if parent_error is not None:
+        return failed(parent_error.label, str(parent_error))
     replayed = read_json(replay) if replay else {"status": "ok"}
     if replayed["status"] == "diagnostic":  # a diagnostics-only change: its backtest ran on archived evidence
         result = replayed["diagnostic_backtest"]
@@ -346,7 +354,7 @@ def matched_budget(cfg, lineage_path: str) -> dict:
     from evotrainer.contracts import lineage
 
     unit = "tokens" if cfg.search.budget_unit == "tokens" else "responses"
-    spent = ledger.promoted_path_charge(lineage.read(lineage_path), unit)["charged"]
+    spent = ledger.promoted_path_charge(lineage.promoted_path(lineage.read(lineage_path)), unit)["charged"]
     if spent <= 0:
         raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
     return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}

@@ -71,3 +71,51 @@ def backtest_summary(val_frame, log, split_name: str, *, restarts: int, train_wa
             "eval_wall_s": float(eval_wall),
         },
     }
+
+
+def starting_point(run_path: str | Path, proposal: dict, generation: int, policy: str, harness: str) -> tuple[str, str]:
+    """The policy and harness a candidate starts from: the saved ones of the backtest its proposal names as
+    ``parent`` (a PBT member, a population's branch; ``run_path``: any path of the candidate's run), else the
+    generation's (``policy``, ``harness``). A parent that is not from an earlier generation, or whose policy or
+    harness is gone (``search.retention``), fails the candidate with ``parent_missing``."""
+    from evotrainer.contracts.candidate import CandidateError
+    from evotrainer.layout import RunLayout
+
+    parent = proposal.get("parent")
+    if not parent:
+        return policy, harness
+    try:
+        where = (int(parent["generation"]), str(parent["candidate_id"]))
+    except (KeyError, TypeError, ValueError):
+        raise CandidateError(f"the candidate's parent {parent!r} is not a (generation, candidate_id)",
+                             "parent_missing") from None
+    if not 0 <= where[0] < generation:
+        raise CandidateError(f"the candidate's parent is from generation {where[0]}, not one before {generation}",
+                             "parent_missing")
+    try:
+        member = RunLayout.of(Path(run_path).resolve()).gen(where[0]).backtest(where[1])
+    except ValueError:
+        raise CandidateError(f"{run_path} is not in a run's layout, so the parent gen{where[0]}/{where[1]} cannot "
+                             "be found", "parent_missing") from None
+    if not member.policy.is_dir() or not (member.harness / "recipe.yaml").is_file():
+        raise CandidateError(f"the candidate's parent gen{where[0]}/{where[1]} has no saved policy and harness "
+                             f"({member.dir})", "parent_missing")
+    return str(member.policy), str(member.harness)
+
+
+def generation_parent(run_layout, generation: int) -> tuple[int, str] | None:
+    """The backtest generation ``generation``'s policy and harness are a copy of (what the previous selection
+    chose: its ``next_parent``, else its promoted candidate); None for generation 0 (the init policy) or a
+    selection that cannot be read."""
+    if generation <= 0:
+        return None
+    from evotrainer.atomic import read_json
+
+    try:
+        selection = read_json(run_layout.gen(generation - 1).selection)
+    except (OSError, ValueError):
+        return None
+    chosen = selection.get("next_parent") or {"generation": generation - 1, "candidate_id": selection.get("promoted")}
+    if chosen.get("candidate_id") is None:
+        return None
+    return int(chosen["generation"]), str(chosen["candidate_id"])

@@ -23,7 +23,7 @@ from evotrainer.runtime import diff_hash
 from evotrainer.sandbox.candidate_check import validate
 from evotrainer.search import approvals
 from evotrainer.secrets import redact
-from evotrainer.stages.common import config, task_of
+from evotrainer.stages.common import config, generation_parent, starting_point, task_of
 
 
 def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: str | list[str] | None, out_dir: str,
@@ -49,12 +49,15 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
     context.extra.update(run=cfg.run, run_dir=run_layout.root, rollouts=gen.rollouts,
                          diagnostics=gen.diagnostics)
     agent = make_agent(cfg.agent)
+    # population mode: one of the agent's slots re-applies a change verified on another branch (crossover)
+    crossed = crossover_proposal(cfg, context, run_layout, generation, harness_dir)
     try:
         narrative = agent.narrate(context)
-        proposals = agent.propose(context, cfg.agent.max_candidates)
+        proposals = agent.propose(context, cfg.agent.max_candidates - (1 if crossed else 0))
         agent_error = None
     except Exception as err:  # an agent failure costs this generation its proposals, not the run
         narrative, proposals, agent_error = "The agent failed.", [], redact(f"{type(err).__name__}: {err}")[:2000]
+    proposals += [crossed] if crossed else []
     proposals += user_candidates(cfg.agent.extra_candidates, context)
     control = Proposal(CONTROL, "Control: the parent harness unchanged, trained for the same budget.", [],
                        "reference for every other candidate", "")
@@ -71,8 +74,9 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
                 "parent_harness_id": context.harness_id,
                 "signature": context.signature,
                 "diff_hash": diff_hash(proposal.diff),
-                # an agent's failed candidate (FailedProposal) keeps its label; the rest are checked here
-                "validation": _validation(proposal, harness_dir),
+                # an agent's failed candidate (FailedProposal) keeps its label; the rest are checked here, against
+                # the harness they start from (a named parent's: PBT, population branches)
+                "validation": _validation(proposal, harness_dir, diagnosis_json, generation),
             }
             record.pop("diff")
             record["hypothesis"] = bounded_text(record.get("hypothesis") or "")
@@ -86,12 +90,47 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
         )
 
 
-def _validation(proposal: Proposal, harness_dir: str) -> dict:
+def crossover_proposal(cfg, context: ProposalContext, run_layout: RunLayout, generation: int,
+                       harness_dir: str) -> Proposal | None:
+    """``search.mode=population`` with ``search.population.crossover``: the best change verified on another branch
+    that touches other parts of the harness than this parent's path, applied to this generation's harness
+    (evotrainer.search.population.crossover); None when there is none or the mode is single."""
+    if cfg.search.mode != "population" or not cfg.search.population.crossover or generation == 0 \
+            or cfg.agent.max_candidates < 1 or context.lineage is None or context.lineage.empty:
+        return None
+    from evotrainer.search import population
+
+    def applies(diff: str) -> bool:
+        try:
+            return bool(validate(harness_dir, diff)["ok"])
+        except Exception:  # noqa: BLE001 - a change that cannot be checked is not crossed over
+            return False
+
+    text = (Path(harness_dir) / "recipe.yaml").read_text(encoding="utf-8")
+    found = population.crossover(context.lineage, generation_parent(run_layout, generation), text,
+                                 cfg.search.min_gain, applies, tried=context.tried_diffs())
+    if found is None:
+        return None
+    row = found["row"]
+    low = row.get("gain_ci_low")
+    return Proposal(
+        f"crossover:{row['intervention']}",
+        f"Crossover: {row['intervention']} beat its control by {row['delta_vs_control']:+.3f}"
+        + ("" if low is None or low != low else f" (interval low {low:+.3f})")
+        + f" in generation {row['generation']} ({row['candidate_id']}), on a branch this parent does not descend "
+        "through; its parts of the harness differ from this parent's changes, so the two should add up.",
+        [str(f) for f in (row.get("targeted_findings") if row.get("targeted_findings") is not None else [])],
+        "val accuracy above control", found["diff"])
+
+
+def _validation(proposal: Proposal, harness_dir: str, run_path: str | None = None, generation: int = 0) -> dict:
     """The candidate's check, its error text bounded; whatever goes wrong checking one candidate fails that
     candidate (with the error's label where it has one), never the stage and the candidates after it."""
     result = getattr(proposal, "failure", None)
     if not result:
         try:
+            if proposal.parent and run_path:
+                _, harness_dir = starting_point(run_path, asdict(proposal), generation, "", harness_dir)
             result = validate(harness_dir, proposal.diff)
         except Exception as err:  # noqa: BLE001 - one candidate's check never stops the others
             label = getattr(err, "label", None)

@@ -44,7 +44,7 @@ from evotrainer.search.diagnostic_backtest import (
     is_diagnostics_only,
 )
 from evotrainer.search.gates import reward_auc, reward_false_positive_rate
-from evotrainer.stages.common import config, read_split
+from evotrainer.stages.common import config, read_split, starting_point
 
 __all__ = ["MIN_KEPT_FRACTION", "run", "diagnostic_replay"]
 
@@ -60,6 +60,11 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
     if not proposal["validation"]["ok"]:
         write_json(out, base | {"status": "skipped", "reason": "invalid candidate",
                                 "failure_label": proposal["validation"]["failure_label"]})
+        return
+    try:  # a PBT member or a population's branch: its named parent's harness
+        _, parent_harness = starting_point(candidate_dir, proposal, generation, "", parent_harness)
+    except CandidateError as err:
+        write_json(out, base | {"status": "rejected", "failure_label": err.label, "reason": str(err)})
         return
     if is_diagnostics_only(proposal["validation"]):  # evolving diagnostics: checked, never trained
         write_json(out, base | diagnostic_replay(cfg, rollouts, parent_harness, candidate_dir, generation, lineage_parts))

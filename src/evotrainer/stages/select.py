@@ -22,17 +22,23 @@ from evotrainer.atomic import copy_tree, read_json, write_json
 from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.harness import harness_id
-from evotrainer.layout import TrainingRunLayout
-from evotrainer.stages.common import config, task_of
+from evotrainer.layout import RunLayout, TrainingRunLayout
+from evotrainer.stages.common import config, generation_parent, task_of
 
 RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
 DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy/ folder
 
 
 def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: str, out: str, out_lineage: str,
-        generation: int) -> None:
-    """Writes the selection (``out``) and this generation's lineage rows (``out_lineage``)."""
+        generation: int, lineage_parts: list[str] | None = None) -> None:
+    """Writes the selection (``out``) and this generation's lineage rows (``out_lineage``). ``lineage_parts``: the
+    earlier generations' lineage files (``search.mode=population`` draws the next parent from all of them)."""
     cfg = config(config_path)
+    try:
+        run_layout = RunLayout.of(Path(out).resolve())
+    except ValueError:  # a selection written by hand outside a run's layout
+        run_layout = None
+    generation_parent_key = generation_parent(run_layout, generation) if run_layout is not None else None
     parent_harness_id = harness_id(harness_dir)
     cids = sorted(p.name for p in Path(candidates_dir).iterdir() if p.is_dir())
     proposals = {cid: read_json(Path(candidates_dir) / cid / "proposal.json") for cid in cids}
@@ -80,6 +86,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
         else:
             verdict, label = "rejected", (None if cid == CONTROL else "no_gain")
         acc = m.get("val_accuracy")
+        parent = p.get("parent") or ({"generation": generation_parent_key[0], "candidate_id": generation_parent_key[1]}
+                                     if generation_parent_key else None)
         rows.append({
             "run": cfg.run, "generation": generation, "candidate_id": cid, "intervention": p["intervention"],
             "parent_harness_id": parent_harness_id, "harness_id": m.get("harness_id"), "diff_hash": p["diff_hash"],
@@ -95,8 +103,12 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
             "evidence": json.dumps(m["diagnostic_backtest"] if "diagnostic_backtest" in m else gate_results.get(cid),
                                    default=str),
             "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes[cid]) if vetoes.get(cid) else None),
+            "parent_generation": None if parent is None else int(parent["generation"]),
+            "parent_candidate_id": None if parent is None else str(parent["candidate_id"]),
+            "gain_ci_low": intervals[cid]["ci_low"] if cid in intervals else None,
         })
-    lineage.write_generation(out_lineage, pd.DataFrame(rows))
+    written = lineage.write_generation(out_lineage, pd.DataFrame(rows))
+    successor = next_parent(cfg, lineage.read(lineage_parts or []), written, generation, promoted, run_layout)
     write_json(out, {
         "run": cfg.run,
         "generation": generation,
@@ -123,20 +135,48 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                    else "no candidate beat control by more than min_gain"
                    + (" with its interval" if cfg.search.selection == "bootstrap" else "") + "; control's policy continues"),
         "promoted_gain_interval": intervals.get(promoted),
+        # what generation g+1 starts from: the promoted candidate (or the control), or in population mode the
+        # member the archive chose (search.population; docs/population.md), with the path that led to it
+        "next_parent": successor,
         "candidates": [{k: r[k] for k in ("candidate_id", "intervention", "val_accuracy", "delta_vs_control",
                                           "verdict", "failure_label")} for r in rows],
     })
+    # a population (search.mode=population, the pbt arm): any member may become a later candidate's parent
+    members = ({r["candidate_id"] for r in rows if r["verdict"] in ("promoted", "kept", "rejected")}
+               if cfg.search.mode == "population" or cfg.agent.name == "pbt" else set())
     retain(cfg, backtest_dir, promoted, generation, record=Path(out).with_name(RETENTION_RECORD),
-           seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids})
+           seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids}, keep=members)
+
+
+def next_parent(cfg, earlier: pd.DataFrame, rows: pd.DataFrame, generation: int, promoted: str,
+                run_layout: RunLayout | None) -> dict:
+    """What generation ``generation + 1`` starts from. Single lineage, and the last generation in population mode
+    (the run's final policy is its winner or control): this generation's promoted candidate. Population mode
+    before that: a member of the archive over the whole lineage (evotrainer.search.population), the fittest one
+    before the last generation."""
+    from evotrainer.search import population
+
+    table = pd.concat([frame for frame in (earlier, rows) if len(frame)], ignore_index=True) if len(earlier) else rows
+    chosen = {"generation": generation, "candidate_id": promoted, "how": "promoted in this generation"}
+    last = generation >= cfg.search.generations - 1
+    if cfg.search.mode == "population" and not last:
+        def alive(key: population.Key) -> bool:
+            return run_layout is None or run_layout.gen(key[0]).backtest(key[1]).policy.is_dir()
+
+        conf = population.PopulationConf(**dict(cfg.search.population))
+        chosen = population.next_parent(table, conf, seed=cfg.seed, generation=generation, alive=alive,
+                                        fittest=generation == cfg.search.generations - 2) or chosen
+    path = population.ancestry(table, (int(chosen["generation"]), str(chosen["candidate_id"])))
+    return chosen | {"path": [{"generation": g, "candidate_id": c} for g, c in path]}
 
 
 def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, record: str | Path,
-           seeds: dict[str, int] | None = None) -> dict | None:
+           seeds: dict[str, int] | None = None, keep: set[str] | frozenset = frozenset()) -> dict | None:
     """``search.retention=needed``: delete the trained policies of this generation's backtests that no later
     stage reads (see the module's docstring) and write ``record``; ``all``: nothing (None). Never fails the
     selection: a folder that cannot be removed is reported in the record and left. ``seeds``: candidate id ->
     its training seeds (the candidates are its keys, else every folder under ``backtest_dir``); at least
-    ``search.seeds`` each."""
+    ``search.seeds`` each. ``keep``: candidates whose (seed 0) policy stays, as a population's members."""
     mode = cfg.search.retention  # all | needed (checked when the config is composed)
     if mode == "all":
         return None
@@ -154,10 +194,11 @@ def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, rec
             run_dir = TrainingRunLayout(folder).seed(s)
             policy = run_dir.policy
             where = str(policy.relative_to(root))
-            if cid == promoted and s == 0:
+            if (cid == promoted or cid in keep) and s == 0:
                 if policy.exists():
                     kept.append({"path": where, "bytes": _bytes(tree_bytes(policy)),
-                                 "reason": f"promoted: promote copies it into generation {generation + 1}"})
+                                 "reason": f"promoted: promote copies it into generation {generation + 1}"
+                                 if cid == promoted else "a population member: a later candidate may start from it"})
                 continue
             marker = policy.with_name(DELETED_MARKER)
             if not policy.exists():
@@ -223,6 +264,15 @@ def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence:
 def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:
     chosen_selection = read_json(selection)
     chosen = TrainingRunLayout(Path(backtest_dir) / chosen_selection["promoted"])
+    successor = chosen_selection.get("next_parent") or {}
+    if successor and successor.get("generation") != chosen_selection.get("generation"):
+        # population mode: a member of an earlier generation (its backtest folder beside this generation's)
+        where = RunLayout.of(Path(selection).resolve()).gen(int(successor["generation"]))
+        chosen = where.backtest(str(successor["candidate_id"]))
+        print(f"promote: generation {chosen_selection['generation'] + 1} starts from gen{successor['generation']}/"
+              f"{successor['candidate_id']} ({successor.get('how')})")
+    elif successor:
+        chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
     copy_tree(chosen.policy, out_policy)
     registered = chosen_selection.get("registered_diagnostics", [])
     if not registered:

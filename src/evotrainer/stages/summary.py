@@ -25,7 +25,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         baseline_metrics: str | None, lineage_path: str, out_json: str, out_md: str,
         matched_test: str | None = None, matched_metrics: str | None = None, config_path: str | None = None,
         search_test: str | None = None, search_metrics: str | None = None, tuned_test: str | None = None,
-        tuned_metrics: str | None = None) -> None:
+        tuned_metrics: str | None = None, elite: str | None = None) -> None:
+    """``elite``: search.mode=population's elite.json (the final elite again under fresh training seeds)."""
     init = read_json(init_metrics)
     gens = [read_json(s) for s in selections]
     evolved = read_json(evolved_test)
@@ -67,6 +68,9 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     }
     if tuned_record is not None:
         summary["ledger"]["tune_then_train"] = tune_charge(Path(out_json).parent, tuned_record, tuned)
+    summary["val_test_gap"] = val_test_gap(gens[-1] if gens else {}, evolved, read_json(elite) if elite else None)
+    if elite:
+        summary["ledger"]["auxiliary"]["elite_rerun"] = (read_json(elite).get("compute") or {})
     summary["comparison"] = comparisons(summary)
     write_json(out_json, summary)
     lines = [f"# EvoTrainer run `{summary['run']}`", "", f"SFT warm start: val accuracy {init['val_accuracy']:.3f}", "",
@@ -83,12 +87,31 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         lines += [f"- vs tune_then_train ({tuned['trials']} TPE trials, best {tuned['best']}; charged "
                   f"{tuned['charged']:,} {book['unit']}, the whole search {book['search']['charged']:,}): "
                   f"{tuned['test_accuracy']:.3f}, evolved {summary['evolved_test_accuracy'] - tuned['test_accuracy']:+.3f}"]
+    gap = summary["val_test_gap"]
+    if gap.get("selection_val_accuracy") is not None:
+        lines += ["", f"Val-test gap of the final policy: selected on val {gap['selection_val_accuracy']:.3f}, test "
+                  f"{gap['test_accuracy']:.3f} (gap {gap['gap']:+.3f})"
+                  + (f"; the same backtest under fresh training seeds: val {gap['fresh_val_accuracy']:.3f} "
+                     f"(winner's curse {gap['winners_curse']:+.3f})" if gap.get("fresh_val_accuracy") is not None else "")]
     lines += ["", f"Candidates tried: {summary['candidates_tried']} ({summary['verdicts']}). "
               f"Lineage: `{Path(lineage_path)}`.", "", "| arm | optimizer steps | sampled responses | generated tokens | "
               "trained tokens | train s |", "|---|---|---|---|---|---|"]
     lines += [f"| {arm} | {c['optimizer_steps']} | {c['sampled_responses']} | {c['generated_tokens']} | {c['trained_tokens']} | "
               f"{c['train_wall_s']:.0f} |" for arm, c in summary["compute"].items() if arm != "evaluation"]
     write_text(out_md, "\n".join(lines))
+
+
+def val_test_gap(last_selection: dict, evolved: dict, elite: dict | None) -> dict:
+    """The final policy's val accuracy as selected, its test accuracy and the gap; with a population's elite
+    re-run (stages.elite), its val accuracy under fresh training seeds and the winner's curse (selected - fresh)."""
+    selected = last_selection.get("promoted_val_accuracy")
+    test = evolved.get("test_accuracy")
+    out = {"selection_val_accuracy": selected, "test_accuracy": test,
+           "gap": None if selected is None or test is None else selected - test}
+    if elite is not None:
+        out |= {"fresh_val_accuracy": elite.get("fresh_val_accuracy"), "winners_curse": elite.get("winners_curse"),
+                "fresh_status": elite.get("fresh_status")}
+    return out
 
 
 def run_ledger(table, run_dir: Path, config_path: str | None, fixed: dict, evolved: dict) -> dict:
@@ -100,7 +123,7 @@ def run_ledger(table, run_dir: Path, config_path: str | None, fixed: dict, evolv
                   "test_accuracy": (test or {}).get("test_accuracy")}
             for arm, (record, test) in fixed.items() if record is not None}
     return {"unit": search["unit"], "slots_per_generation": slots, "search": search,
-            "promoted_path": ledger.promoted_path_charge(table), "fixed": arms,
+            "promoted_path": ledger.promoted_path_charge(lineage.promoted_path(table)), "fixed": arms,
             "auxiliary": auxiliary(table, run_dir, evolved, [test for _, test in fixed.values()])}
 
 
