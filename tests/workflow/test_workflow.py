@@ -329,7 +329,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     # PBT: generation 1's bottom quarter (1 of 4) starts from the top member, the rest continue their own policies
     pbt = results / "default-seed0-pbt"
     top = json.loads((pbt / "gen0" / "selection.json").read_text())["promoted"]
-    gen1 = [json.loads(p.read_text()) for p in sorted((pbt / "gen1" / "candidates").glob("c*/proposal.json"))]
+    gen1 = [json.loads(p.read_text()) for p in sorted((pbt / "gen1" / "candidates").glob("c[0-9]*/proposal.json"))]
     exploit = [p for p in gen1 if p["intervention"] == "pbt:exploit"]
     assert len(exploit) == 1 and exploit[0]["parent"] == {"generation": 0, "candidate_id": top}
     assert all(p["parent"]["generation"] == 0 and (p["intervention"] == "pbt:exploit" or p["parent"]["candidate_id"] != top)

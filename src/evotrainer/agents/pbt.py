@@ -60,7 +60,7 @@ class PBTAgent:
         rng = np.random.default_rng(_stream(context.seed, context.generation))
         reference = starting_recipe(context) or load_recipe(context.harness_dir)
         ranked = self.ranked(context)
-        if context.generation == 0 or not ranked:
+        if context.generation == 0 or not any(_alive(r) for r in ranked):  # no member to continue: start afresh
             return [self._random_member(context, rng, reference, i) for i in range(1, k + 1)]
         top, rest = ranked[0], ranked[1:]
         population = k + 1

@@ -82,7 +82,7 @@ def members(table: pd.DataFrame, alive: Callable[[Key], bool] = lambda key: True
     if table is None or table.empty:
         return pd.DataFrame(columns=[*(table.columns if table is not None else []), "fitness"])
     rows = table[table["verdict"].isin(MEMBER_VERDICTS) & table["val_accuracy"].notna()].copy()
-    rows = rows[[alive(key_of(r)) for r in rows.to_dict("records")]]
+    rows = rows[pd.Series([alive(key_of(r)) for r in rows.to_dict("records")], index=rows.index, dtype=bool)]
     rows["fitness"] = [fitness(r) for r in rows.to_dict("records")]
     rows["_order"] = [_candidate_index(c) for c in rows["candidate_id"]]
     rows = rows.sort_values(["fitness", "generation", "_order"], ascending=[False, False, True], kind="stable")

@@ -95,10 +95,10 @@ def starting_point(run_path: str | Path, proposal: dict, generation: int, policy
     try:
         member = RunLayout.of(Path(run_path).resolve()).gen(where[0]).backtest(where[1])
     except ValueError:
-        raise CandidateError(f"{run_path} is not in a run's layout, so the parent gen{where[0]}/{where[1]} cannot "
-                             "be found", "parent_missing") from None
+        raise CandidateError(f"{run_path} is not in a run's layout, so the parent (generation {where[0]}, "
+                             f"{where[1]}) cannot be found", "parent_missing") from None
     if not member.policy.is_dir() or not (member.harness / "recipe.yaml").is_file():
-        raise CandidateError(f"the candidate's parent gen{where[0]}/{where[1]} has no saved policy and harness "
+        raise CandidateError(f"the candidate's parent (generation {where[0]}, {where[1]}) has no saved policy and harness "
                              f"({member.dir})", "parent_missing")
     return str(member.policy), str(member.harness)
 

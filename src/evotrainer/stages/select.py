@@ -269,7 +269,7 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
         # population mode: a member of an earlier generation (its backtest folder beside this generation's)
         where = RunLayout.of(Path(selection).resolve()).gen(int(successor["generation"]))
         chosen = where.backtest(str(successor["candidate_id"]))
-        print(f"promote: generation {chosen_selection['generation'] + 1} starts from gen{successor['generation']}/"
+        print(f"promote: generation {chosen_selection['generation'] + 1} starts from generation {successor['generation']}'s "
               f"{successor['candidate_id']} ({successor.get('how')})")
     elif successor:
         chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
