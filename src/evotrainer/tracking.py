@@ -54,7 +54,7 @@ EXTRA = "tracking"  # pip install 'evotrainer[tracking]'
 # logger -> (the module it imports, the package that provides it)
 LIBRARIES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow-skinny")}
 # the headline's agent arms (config.AGENT_ARMS): the loop run with a baseline agent or a tuner
-SEARCH_ARMS = ("search_control", "random", "tpe", "cmaes")
+SEARCH_ARMS = ("search_control", "random", "tpe", "cmaes", "pbt")
 TAGS = ("run", "generation", "candidate", "arm", "stage", "split", "seed")  # the tags a job may carry, in order
 
 log = logging.getLogger("evotrainer.tracking")
@@ -101,10 +101,12 @@ def loggers(cfg: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(n) for n in (DEFAULT_LOGGERS if names is None else names)))
 
 
-def loop_arm(agent_name: str) -> str:
-    """The arm of the loop's own jobs: ``evolved``, or the baseline agent's name in a headline search arm's run
-    (its loop is proposed by search_control or random, agents/baselines.py)."""
-    return str(agent_name) if str(agent_name) in SEARCH_ARMS else "evolved"
+def loop_arm(agent_name: str, mode: str = "single") -> str:
+    """The arm of the loop's own jobs: ``evolved``, the baseline agent's name in a headline search arm's run
+    (its loop is proposed by search_control, random, a tuner or pbt), or ``population`` (search.mode)."""
+    if str(agent_name) in SEARCH_ARMS:
+        return str(agent_name)
+    return "population" if mode == "population" else "evolved"
 
 
 def directory(path: str | Path) -> Path:

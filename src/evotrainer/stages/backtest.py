@@ -218,7 +218,7 @@ def tracking_spec(cfg, out: Path, generation: int, candidate: str, candidate_dir
     elif where is not None and where.key.startswith("tune"):
         arm = "tune_then_train"  # a trial of that arm (stages.tune)
     else:
-        arm = "baseline" if candidate_dir is None else tracking.loop_arm(cfg.agent.name)
+        arm = "baseline" if candidate_dir is None else tracking.loop_arm(cfg.agent.name, cfg.search.mode)
     tags = {"run": cfg.run, "generation": generation, "candidate": candidate, "arm": arm, "stage": "backtest",
             "split": split_name}
     return tracking.Spec(str(tracking.directory(out)), tracking.loggers(cfg), tags)

@@ -24,7 +24,7 @@ def run(config_path: str, policy_dir: str, harness_dir: str, test_path: str, out
     cfg = config(config_path)
     # the loop's final policy is the evolved arm, or the baseline agent's in a headline search arm's run
     track = tracking.Spec(str(tracking.directory(Path(out_json).parent)), tracking.loggers(cfg),
-                          {"run": cfg.run, "arm": tracking.loop_arm(cfg.agent.name) if arm == "evolved" else arm,
+                          {"run": cfg.run, "arm": tracking.loop_arm(cfg.agent.name, cfg.search.mode) if arm == "evolved" else arm,
                            "stage": "evaluate", "split": "test"})
     tracking.require(track.loggers)  # a missing library: one line, before the policy is scored
     track.clear()
