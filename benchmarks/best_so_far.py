@@ -16,7 +16,9 @@ point of each loop arm is its final policy, so it matches the headline's test co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 from evotrainer.atomic import read_json
@@ -62,11 +64,12 @@ def main() -> None:
     base = seed_run(args.run, args.seed)
     curves, points = {}, {}
     loop = RunLayout.at(results, base)
-    curves["evolved"] = loop_curve(loop, "evolved")
-    for folder in sorted(results.glob(f"{arm_run(base, '')}*")):
-        arm = folder.name[len(arm_run(base, "")):]
-        if (folder / "lineage.parquet").exists():
-            curves[arm] = loop_curve(RunLayout.at(results, folder.name), arm)
+    with contextlib.redirect_stdout(sys.stderr):  # the evaluate stage's console logger: stdout holds the JSON only
+        curves["evolved"] = loop_curve(loop, "evolved")
+        for folder in sorted(results.glob(f"{arm_run(base, '')}*")):
+            arm = folder.name[len(arm_run(base, "")):]
+            if (folder / "lineage.parquet").exists():
+                curves[arm] = loop_curve(RunLayout.at(results, folder.name), arm)
     summary = read_json(loop.summary)
     book = summary["ledger"]
     for arm in FIXED:
