@@ -92,3 +92,16 @@ def test_a_run_path_outside_any_run_layout_is_missing(tmp_path, layout):
     _saved(layout, 0, "c1")
     message = _missing(tmp_path / "elsewhere" / "file.txt", {"generation": 0, "candidate_id": "c1"})
     assert "not in a run's layout" in message
+
+
+def test_a_parent_named_like_a_path_is_missing(tmp_path):
+    """A parent's candidate id is a name (control, c<N>), never a path out of the run's folder."""
+    import pytest
+
+    from evotrainer.contracts.candidate import CandidateError
+    from evotrainer.stages.common import starting_point
+
+    run_path = tmp_path / "results" / "r" / "gen2" / "backtest" / "c1"
+    with pytest.raises(CandidateError) as err:
+        starting_point(run_path, {"parent": {"generation": 0, "candidate_id": "../../../etc"}}, 2, "p", "h")
+    assert err.value.label == "parent_missing"

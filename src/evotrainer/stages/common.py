@@ -3,6 +3,7 @@ a harness module itself: candidate code is reached only through evotrainer.sandb
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -89,6 +90,8 @@ def starting_point(run_path: str | Path, proposal: dict, generation: int, policy
     except (KeyError, TypeError, ValueError):
         raise CandidateError(f"the candidate's parent {parent!r} is not a (generation, candidate_id)",
                              "parent_missing") from None
+    if re.fullmatch(r"control|c\d+", where[1]) is None:  # a name, never a path
+        raise CandidateError(f"the candidate's parent names {where[1]!r}, not a candidate id", "parent_missing")
     if not 0 <= where[0] < generation:
         raise CandidateError(f"the candidate's parent is from generation {where[0]}, not one before {generation}",
                              "parent_missing")
