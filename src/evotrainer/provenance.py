@@ -173,3 +173,25 @@ def write_run_configs(results_dir: str, configs: dict[str, DictConfig]) -> None:
     """results/<run>/config.yaml for each run (record_run_config)."""
     for name, cfg in configs.items():
         record_run_config(Path(results_dir) / name, cfg)
+
+
+def stable_interpreter(executable: str | None = None, prefix: str | None = None) -> str:
+    """The interpreter path written into every rule's command, the same whichever name started snakemake.
+
+    A rule's command is one of its params, and Snakemake reruns a job whose params changed. ``sys.executable``
+    is the name the interpreter was started under: ``snakemake`` (its script's shebang, ``.venv/bin/python3``)
+    and ``python -m snakemake`` (``.venv/bin/python``) name the same interpreter differently, and switching
+    between them planned every job of a finished run again and deleted its outputs. The environment's
+    ``bin/python`` is used when it is that same interpreter; otherwise the executable as given.
+    """
+    import sys
+
+    executable = executable or sys.executable
+    prefix = prefix or sys.prefix
+    canonical = Path(prefix) / "bin" / "python"
+    try:
+        if canonical.resolve() == Path(executable).resolve():
+            return str(canonical)
+    except OSError:
+        pass
+    return executable

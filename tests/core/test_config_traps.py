@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to_yaml
 from evotrainer.preflight import preflight_problems
-from evotrainer.provenance import ConfigChanged, check_run_config, record_run_config
+from evotrainer.provenance import ConfigChanged, check_run_config, record_run_config, stable_interpreter
 
 pytestmark = pytest.mark.fast
 
@@ -313,3 +313,18 @@ def test_a_key_removed_from_the_schema_since_a_run_was_saved_is_no_change():
     del saved["policy"]["dtype"]  # a key added since compares by its default
     assert changed_keys(saved, compose([])) == {}
     assert changed_keys(saved, compose(["search.min_gain=0.05"])) == {"search.min_gain": (0.0, 0.05)}
+
+
+def test_the_rule_command_names_the_interpreter_the_same_whichever_name_started_it(tmp_path):
+    real = tmp_path / "real-python"
+    real.write_text("")
+    (tmp_path / "env/bin").mkdir(parents=True)
+    for name in ("python", "python3", "python3.11"):
+        (tmp_path / "env/bin" / name).symlink_to(real)
+    names = {stable_interpreter(str(tmp_path / "env/bin" / name), str(tmp_path / "env"))
+             for name in ("python", "python3", "python3.11")}
+    assert names == {str(tmp_path / "env/bin/python")}
+    other = tmp_path / "other-python"
+    other.write_text("")  # an interpreter that is not the environment's python keeps its own name
+    assert stable_interpreter(str(other), str(tmp_path / "env")) == str(other)
+    assert stable_interpreter(str(other), str(tmp_path / "nowhere")) == str(other)

@@ -113,3 +113,18 @@ def test_a_users_own_config_folder_joins_through_hydra_searchpath(tmp_path):
     typo = snakemake(tmp_path / "work", "-n", "--config", f"hydra__searchpath=[file://{tmp_path}/myconf]",
                      "experiment=lr_studdy")
     assert "did you mean 'lr_study'" in one_line_failure(typo, tmp_path / "work")
+
+
+def test_starting_snakemake_by_another_name_of_the_interpreter_reruns_nothing(tmp_path):
+    """`python -m snakemake` and the `snakemake` script (shebang `python3`) name one interpreter differently; the
+    rule's command (a param) once held that name, and switching planned a finished run again, deleting it."""
+    script = Path(sys.executable).parent / "snakemake"
+    if not script.is_file():
+        pytest.skip("no snakemake script beside this interpreter")
+    data = "results/default/data/train.parquet"
+    done = snakemake(tmp_path, data, "--config", "experiment=quick", "forkserver=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = subprocess.run([str(script), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2",
+                            "-n", data, "--config", "experiment=quick", "forkserver=false"],
+                           capture_output=True, text=True, timeout=300)
+    assert planned(again, "data") == 0, again.stdout[-2000:]

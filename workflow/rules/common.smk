@@ -16,7 +16,7 @@ from evotrainer.config import (SEED_RUN_ARMS, ConfigError, compose, equal_comput
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
 from evotrainer.preflight import preflight_problems
-from evotrainer.provenance import check_run_config, write_run_configs
+from evotrainer.provenance import check_run_config, stable_interpreter, write_run_configs
 from evotrainer.supervisor import end_descendants
 from evotrainer.tasks import is_multi_turn
 
@@ -43,7 +43,7 @@ RUN = CFG.run
 G = CFG.search.generations
 STEPS = CFG.search.steps_per_generation
 TRAIN_THREADS = CFG.trainer.threads
-EVO = f"{sys.executable} -m evotrainer.cli stage"  # the interpreter running snakemake has evotrainer
+EVO = f"{stable_interpreter()} -m evotrainer.cli stage"  # the interpreter running snakemake has evotrainer
 # `--sdm conda` (profiles/slurm, README "Running on SLURM"): each rule runs in its envs/*.yaml environment,
 # which holds the dependencies; the package comes from this source tree. Ignored without --sdm conda.
 ENVS = {kind: f"{workflow.basedir}/envs/{kind}.yaml" for kind in ("cpu", "agent", "train-gpu")}
