@@ -28,6 +28,7 @@ include: "workflow/rules/select.smk"
 include: "workflow/rules/skills.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/flaws.smk"
 
 
 rule all:

@@ -298,6 +298,9 @@ class HarnessConf:
     # RL recipe knobs set over the initial harness's recipe.yaml (harness.recipe.lr=1e-4): the loop and the
     # baseline start from that recipe (checked against evotrainer.contracts.harness.RECIPE_SCHEMA)
     recipe: dict[str, Any] = field(default_factory=dict)
+    # a harness folder trained as the `baseline_reference` arm (the fixed recipe at the whole search's budget, from
+    # the generation-0 policy): the flaws suite's shipped harness. No agent stage reads it (docs/flaws.md)
+    reference: str | None = None
 
 
 @dataclass
@@ -430,6 +433,20 @@ class SandboxConf:
 
 
 @dataclass
+class FlawsConf:
+    """``snakemake flaws --config flaws_dir=DIR run=NAME`` (stages/flaws.py, docs/flaws.md)."""
+
+    dir: str | None = None  # a folder of flaws: one folder per flaw with flaw.yaml and flaw.diff
+    # the tuner arm of every flaw, fixed before the run (never chosen by a test score)
+    tuner: str = one_of("tpe", "tpe", "cmaes", "random", "search_control", "pbt")
+    seeds: int = between(2, 1, 100)
+    only: list[str] = field(default_factory=list)  # the flaws to run by folder name; empty: all of them
+    min_gap: float = between(0.10, 0.0, 1.0)  # admitted where reference - flawed test accuracy >= this
+    timeout_s: float = between(0.0, 0.0, 10**7)  # a flaw's runs past this many seconds fail as flaw_timeout; 0: none
+    snakemake_args: list[str] = field(default_factory=list)  # extra arguments of each flaw's snakemake (--profile slurm)
+
+
+@dataclass
 class Config:
     # a folder name under results_dir that is also a Snakemake wildcard value and a word in the rules' shell
     # commands: letters, digits, '.', '_', '-' (no '/', space or shell character; not '.' or '..')
@@ -455,6 +472,11 @@ class Config:
     skills: SkillsConf = field(default_factory=SkillsConf)
     approvals: ApprovalsConf = field(default_factory=ApprovalsConf)
     sandbox: SandboxConf = field(default_factory=SandboxConf)
+    flaws: FlawsConf = field(default_factory=FlawsConf)
+
+
+# Snakemake config keys that name a nested key (the issue's and the README's spelling)
+SNAKEMAKE_KEY_ALIASES = {"flaws_dir": "flaws.dir"}
 
 
 def overrides_from_snakemake(config: dict[str, Any]) -> list[str]:
@@ -467,7 +489,8 @@ def overrides_from_snakemake(config: dict[str, Any]) -> list[str]:
         if key == "overrides":
             overrides.extend(str(o) for o in (value if isinstance(value, list) else [value]))
         else:
-            overrides.extend(_flatten(str(key).replace("__", "."), value))
+            key = SNAKEMAKE_KEY_ALIASES.get(str(key), str(key))
+            overrides.extend(_flatten(key.replace("__", "."), value))
     return overrides
 
 

@@ -32,7 +32,7 @@ gen{g}/backtest/{cid}/                               one training run (backtest)
 gen{g}/selection.json, gen{g}/lineage.parquet        what was promoted; the generation's lineage rows (select)
 gen{g}/skills.json                                   what the generation taught the skill stores (skills)
 gen{g}/approvals/{stage}.json                        the pass record of the approval after a stage (approval)
-{arm}/ (baseline, baseline_matched, baseline_search)  the fixed-recipe arms' training runs: the files below
+{arm}/ (baseline, baseline_matched, baseline_search, baseline_reference)  the fixed-recipe arms' training runs: the files below
 tune_then_train/                                     the tune_then_train arm's final training run (tune)
 tune/{cid}/candidate/, tune/{cid}/backtest/          its trials: the recipe asked, its backtest (tune)
 tune/study.json                                      its trials' outcomes and the best one (tune)
@@ -48,6 +48,8 @@ approvals/pending/gen{g}_{stage}.json                an approval waiting for a p
 logs/{job}.log, logs/gen{g}/{job}.log                the jobs' logs
 benchmarks/{job}.tsv, benchmarks/gen{g}/{job}.tsv    the jobs' Snakemake benchmarks
 headline.json, headline.png, headline.log            the headline comparison (in results/<run>-headline)
+flaws/{flaw}/outcome.json, harness/, reference/      one flaw of the flaws suite: its outcome, flawed and shipped harness
+flaws.json, flaws.md, flaws.png                      the flaws suite's table (stages/flaws.py, docs/flaws.md)
 
 One training run (``gen{g}/backtest/{cid}/`` or a baseline arm ``{arm}/``): ``metrics.json`` (written last),
 ``policy/``, ``harness/``, ``train_log.parquet``, ``{split}_rollouts.parquet`` (val), ``{split}_turns.parquet``,
@@ -162,6 +164,12 @@ TEMPLATES: dict[str, str] = {
     "gen_log": f"logs/{GENERATION}/{{job}}.log",
     "benchmark": "benchmarks/{job}.tsv",
     "gen_benchmark": f"benchmarks/{GENERATION}/{{job}}.tsv",
+    # the flaws suite (stages/flaws.py): one outcome per flaw folder, then the table
+    "flaw": "flaws/{flaw}",
+    "flaw_outcome": "flaws/{flaw}/outcome.json",
+    "flaws_json": "flaws.json",
+    "flaws_md": "flaws.md",
+    "flaws_png": "flaws.png",
     # the headline experiment's folder (results/<run>-headline)
     "headline_json": "headline.json",
     "headline_png": "headline.png",
@@ -172,12 +180,13 @@ TEMPLATES: dict[str, str] = {
 FIELDS: dict[str, str] = {
     "g": r"\d+",
     "cid": r"[\w-]+",
-    "arm": r"evolved|baseline_matched|baseline_search|baseline|tune_then_train",
+    "arm": r"evolved|baseline_matched|baseline_search|baseline_reference|baseline|tune_then_train",
     "stage": r"diagnosis|propose|backtest|select",
     "split": r"\w+",
     "s": r"\d+",
     "job": r"[^/]+",
     "figure": r"[^/]+",
+    "flaw": r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 }
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _GENERATION_DIR = re.compile(r"gen(\d+)")
@@ -539,3 +548,9 @@ class RunLayout:
     headline_json = _Entry("headline_json")
     headline_png = _Entry("headline_png")
     headline_log = _Entry("headline_log")
+    flaws_json = _Entry("flaws_json")
+    flaws_md = _Entry("flaws_md")
+    flaws_png = _Entry("flaws_png")
+
+    def flaw_outcome(self, flaw: str) -> Path:
+        return self.path("flaw_outcome", flaw=flaw)

@@ -28,6 +28,10 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
         problems += _model(str(policy.path))
     if cfg.harness.initial:
         problems += _folder("harness.initial", cfg.harness.initial, ("recipe.yaml",), "a harness folder")
+    if cfg.harness.reference:
+        problems += _folder("harness.reference", cfg.harness.reference, ("recipe.yaml",), "a harness folder")
+    if cfg.flaws.dir:
+        problems += _folder("flaws.dir (flaws_dir)", cfg.flaws.dir, (), "a folder of flaw folders (docs/flaws.md)")
     if cfg.agent.extra_candidates:
         problems += _folder("agent.extra_candidates", cfg.agent.extra_candidates, (), "a folder of *.diff files")
     problems += _agent_key(cfg.agent)

@@ -42,6 +42,8 @@ MAY_CHANGE = (
     "search.train_hang_s", "trainer.verl.timeout_s", "trainer.verl.python",
     "agent.timeout_s", "agent.call_timeout_s", "agent.step_timeout_s", "agent.max_retries", "agent.max_retry_wait_s",
     "agent.base_url", "agent.api_key_env",
+    # the flaws suite: which flaws and seeds run, and how; each flaw's own runs keep their own configs (docs/flaws.md)
+    "flaws.only", "flaws.seeds", "flaws.timeout_s", "flaws.snakemake_args",
 )
 
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = {"g": "3", "cid": "c2", "arm": "baseline_matched", "stage": "backtest", "split": "probe", "s": "1",
-          "job": "replay_c2", "figure": "lineage_tree"}
+          "job": "replay_c2", "figure": "lineage_tree", "flaw": "arith_reward_period"}
 ROOTS = [Path("results/r"), Path("/tmp/x/results/run-seed0-random"), Path("results/baseline"), Path("gen")]
 
 

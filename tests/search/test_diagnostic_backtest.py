@@ -117,3 +117,4 @@ def test_the_offline_agent_proposes_the_diagnostic_after_a_veto(archive):
     assert proposals[0].diff == DIFFS["good"]
     clean = table[table["verdict"] != "vetoed"]
     assert propose_diagnostics(ProposalContext(1, DEFAULT_HARNESS, "h", [], clean), tried=set()) == []
+

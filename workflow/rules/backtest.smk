@@ -156,6 +156,36 @@ rule baseline_search:
         " --restarts {params.restarts} --threads {threads} > {log} 2>&1"
 
 
+# The shipped harness as the flaws suite's reference (harness.reference; docs/flaws.md): trained like
+# baseline_search (the whole search's budget, from the generation-0 policy). No agent stage has it as an input.
+rule baseline_reference:
+    input:
+        policy=P("policy", g=0),
+        harness=lambda wc: reference_harness(wc),
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+    output:
+        metrics=P("baseline_metrics", arm="baseline_reference"),
+    params:
+        evo=EVO,
+        conf=run_config,
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).baseline("baseline_reference").dir),
+        steps=lambda wc: G * STEPS * search_slots(RUN_CONFIGS[wc.run]),
+        restarts=G if CFG.search.baseline_restarts else 1,
+    threads: TRAIN_THREADS
+    benchmark:
+        P("benchmark", job="baseline_reference")
+    log:
+        P("log", job="baseline_reference"),
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
+        " --data-dir {params.data} --out-dir {params.out} --generation 0 --steps {params.steps}"
+        " --restarts {params.restarts} --threads {threads} > {log} 2>&1"
+
+
 # The tune_then_train arm (search.tune_then_train; the headline's arm of that name): Optuna TPE trials from the
 # generation-0 policy, generations x agent.max_candidates of them, each one slot's budget under every training seed;
 # then the best recipe trained for the rest of the same budget (generations x steps x seeds, restarting every

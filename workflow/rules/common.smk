@@ -155,7 +155,7 @@ wildcard_constraints:
     run="|".join(re.escape(name) for name in RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
-    arm=r"evolved|baseline_matched|baseline_search|baseline|tune_then_train",
+    arm=r"evolved|baseline_matched|baseline_search|baseline_reference|baseline|tune_then_train",
 
 
 def run_dir(wildcards):
@@ -224,12 +224,22 @@ def arm_policy(wildcards):
     return final_policy(wildcards) if wildcards.arm == "evolved" else str(layout(wildcards).baseline(wildcards.arm).policy)
 
 
+def reference_harness(wildcards):
+    """harness.reference: the folder the baseline_reference arm trains and is scored under."""
+    folder = RUN_CONFIGS[wildcards.run].harness.reference
+    if not folder:
+        raise WorkflowError(f"run {wildcards.run}: the baseline_reference arm needs harness.reference (a harness folder)")
+    return str(folder)
+
+
 def arm_harness(wildcards):
     """The harness an arm is scored under: the last generation's (evolved), the tuned recipe's (tune_then_train,
-    the folder its final training wrote), else the initial one."""
+    the folder its final training wrote), the reference (baseline_reference), else the initial one."""
     run = layout(wildcards)
     if wildcards.arm == "tune_then_train":
         return str(run.baseline("tune_then_train").harness)
+    if wildcards.arm == "baseline_reference":
+        return reference_harness(wildcards)
     return str(run.gen(G if wildcards.arm == "evolved" else 0).harness)
 
 
@@ -238,7 +248,7 @@ def arm_inputs(wildcards):
     evolved = wildcards.arm == "evolved"
     return {
         "done": final_policy(wildcards) if evolved else str(run.baseline(wildcards.arm).metrics),
-        "harness": str(run.gen(G if evolved else 0).harness),
+        "harness": reference_harness(wildcards) if wildcards.arm == "baseline_reference" else str(run.gen(G if evolved else 0).harness),
         "test": str(run.split("test")),
     }
 

@@ -2,7 +2,9 @@
 
 Each intervention edits one variable of the harness and states a falsifiable hypothesis.
 Interventions whose triggers fired rank first (critical findings weigh double); the rest fill the
-remaining slots in catalogue order as exploration. An identical diff already tried from the same
+remaining slots in catalogue order as exploration. The repairs of harness flaws no knob reaches
+(agents/repairs.py, keyed by the trusted findings) are proposed only when one of their findings is
+flagged, and then before every other intervention. An identical diff already tried from the same
 parent harness (per the lineage) is not proposed again.
 """
 
@@ -16,13 +18,15 @@ import yaml
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.diagnostic_ideas import propose_diagnostics
 from evotrainer.agents.guidance import Guidance
+from evotrainer.agents.repairs import REPAIRS
 from evotrainer.contracts.candidate import Proposal
-from evotrainer.contracts.harness import load_recipe
+from evotrainer.contracts.harness import RECIPE_SCHEMA, load_recipe
 from evotrainer.contracts.intervention import Intervention, set_recipe_values, unified_diff
 from evotrainer.runtime import diff_hash
 from evotrainer.sandbox.candidate_check import validate
 
 SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}
+MAX_RESPONSE_LEN = int(RECIPE_SCHEMA["max_response_len"].high)
 
 
 def _recipe_edit(fn: Callable[[dict], dict | None]) -> Callable[[dict, dict], dict | None]:
@@ -130,6 +134,13 @@ CATALOGUE: tuple[Intervention, ...] = (
         "stop dominating the update, so val accuracy rises.",
     ),
     Intervention(
+        "raise_max_response_len", ("truncation_rate",),
+        _recipe_edit(lambda r: {"max_response_len": min(MAX_RESPONSE_LEN, r["max_response_len"] * 2)}
+                     if r["max_response_len"] < MAX_RESPONSE_LEN else None),
+        "If max_response_len is doubled (within the recipe schema), fewer responses are cut before their answer, "
+        "truncation_rate falls and val accuracy rises.",
+    ),
+    Intervention(
         "raise_lr", (),
         _recipe_edit(lambda r: {"lr": min(1e-2, r["lr"] * 1.5)}),
         "If the learning rate is raised by half, learning is faster within the same budget, so val accuracy rises.",
@@ -142,7 +153,7 @@ HARNESS_STEMS = ("recipe", "reward", "curriculum", "diagnostics")
 
 def vocabulary(recipe: dict) -> set[str]:
     """What human feedback can name: interventions, recipe keys, harness files."""
-    return {i.name for i in CATALOGUE} | set(recipe) | set(HARNESS_STEMS)
+    return {i.name for i in CATALOGUE + REPAIRS} | set(recipe) | set(HARNESS_STEMS)
 
 
 def touched_names(recipe: dict, new_files: dict[str, str]) -> set[str]:
@@ -193,8 +204,13 @@ class HeuristicAgent:
         tried = self._tried(context)
         guidance = Guidance.from_context(context, vocabulary(recipe))
         options: list[tuple[tuple, Proposal]] = []
-        # the generic catalogue, then the task's own (context.extra["interventions"], e.g. the code domain's)
-        for index, intervention in enumerate(CATALOGUE + tuple(context.extra.get("interventions", ()))):
+        # the generic catalogue, then the task's own (context.extra["interventions"], e.g. the code domain's),
+        # then the repairs, which only a flagged finding calls for (and which then come first)
+        known = CATALOGUE + tuple(context.extra.get("interventions", ()))
+        for index, intervention in enumerate(known + REPAIRS):
+            repair = index >= len(known)
+            if repair and not any(severity.get(t, 0.0) > 0 for t in intervention.triggers):
+                continue
             new_files = intervention.edit(recipe, files)
             if not new_files:
                 continue
@@ -207,19 +223,25 @@ class HeuristicAgent:
             targeted = [t for t in intervention.triggers if severity.get(t, 0.0) > 0]
             hypothesis = intervention.hypothesis + _skill_note(guidance.worked.get(intervention.name))
             score = sum(severity.get(t, 0.0) for t in intervention.triggers)
-            options.append(((*guidance.rank(intervention.name, names), -score, index),
+            options.append(((*guidance.rank(intervention.name, names), -float(repair), -score, index),
                             Proposal(intervention.name, hypothesis, targeted, intervention.success_criterion, diff)))
         options += self._skill_proposals(context, guidance, tried, severity)
         options.sort(key=lambda option: option[0])
-        # diagnostics changes cost no training (backtested on archived evidence): they come on top of k
-        return [proposal for _, proposal in options[:k]] + propose_diagnostics(context, tried)
+        # a diagnostics change trains nothing (it is backtested on archived evidence), but its slot is charged like
+        # any other (contracts.ledger): it takes one of the k slots, the last, so that every arm is charged the same
+        chosen = [proposal for _, proposal in options[:k]]
+        diagnostics = propose_diagnostics(context, tried)
+        room = k - len(chosen)
+        if diagnostics and room == 0 and k >= 2:
+            chosen, room = chosen[:-1], 1
+        return chosen + diagnostics[:room]
 
     @staticmethod
     def _skill_proposals(context: ProposalContext, guidance: Guidance, tried: set[str],
                          severity: dict[str, float]) -> list[tuple[tuple, Proposal]]:
         """Worked skills the catalogue does not know (an LLM's or a user's intervention): their recorded
         diff, when it still applies to this harness."""
-        known = {i.name for i in CATALOGUE}
+        known = {i.name for i in CATALOGUE + REPAIRS}
         out = []
         for name, skill in sorted(guidance.worked.items()):
             diff = skill["diff"]
@@ -230,7 +252,7 @@ class HeuristicAgent:
                 continue
             expected = skill["expected_outcome"]
             targeted = [t for t in skill["trigger"]["signature"] if severity.get(t, 0.0) > 0]
-            out.append(((*guidance.rank(name, names), 0.0, -1),
+            out.append(((*guidance.rank(name, names), 0.0, 0.0, -1),
                         Proposal(name, expected["hypothesis"] + _skill_note(skill), targeted,
                                  expected["success_criterion"], diff)))
         return out

@@ -1,13 +1,16 @@
-"""The LLM agent's prompts: the system prompt (the rules and the recipe schema) and the first
-message of a generation's conversation (flagged findings, lineage size, human feedback)."""
+"""The LLM agent's prompts: the system prompt (the rules, the recipe schema, what the trusted findings
+point at) and the first message of a generation's conversation (flagged findings, with the example rows of
+the trusted ones, lineage size, human feedback)."""
 
 from __future__ import annotations
 
 from evotrainer.agents.base import ProposalContext
 from evotrainer.contracts.harness import HARNESS_FILES, RECIPE_SCHEMA
 from evotrainer.contracts.text import UNTRUSTED_NOTE, untrusted_block
+from evotrainer.scoring.trusted_findings import LAYER as TRUSTED_LAYER
 
 FINDING_NAME_CHARS, FINDING_MESSAGE_CHARS = 200, 2000
+EXAMPLE_CHARS, EXAMPLES_PER_FINDING = 160, 2
 
 
 def system_prompt() -> str:
@@ -41,6 +44,15 @@ is vetoed.
 Recipe schema (recipe.yaml):
 {schema}
 
+Findings of layer `trusted` are computed by trusted code from the evidence columns (the harness's \
+diagnostics.py cannot change or hide them). They point at harness flaws no recipe knob fixes: a reward that \
+rejects correct answers (reward_false_negative_rate, e.g. in a format the policy drifted to) or pays incorrect \
+ones (reward_false_positive_rate: gameable partial credit), training labels that may be wrong \
+(label_disagreement), prompts a curriculum starves (never_solved_prompts, never_solved_across_generations), \
+truncation, tool calls that fail to parse or valid ones the reward penalises. Their example rows (response, \
+ground truth, reward, correct) show the rows; query_evidence's reward_vs_verifier shows more. Repair such a \
+flaw in the harness file that causes it, from this evidence.
+
 How to work: first write a short diagnosis in plain text (3-6 sentences: what the evidence says and \
 which lever it points to). Use the read tools as needed (read a harness file before you diff it). Then \
 call submit_candidate once per candidate. If a submission is rejected, fix it as the error says and \
@@ -57,7 +69,7 @@ def first_message(context: ProposalContext, k: int) -> str:
     lines = [f"- {untrusted_block(f.get('name', '?'), FINDING_NAME_CHARS)} = {_num(f.get('value'))} "
              f"({f['severity']}, threshold {_num(f.get('threshold'))}): "
              f"{untrusted_block(f.get('message', ''), FINDING_MESSAGE_CHARS)}"
-             for f in flagged] or ["- none: no diagnostic crossed its threshold"]
+             + _example_lines(f) for f in flagged] or ["- none: no diagnostic crossed its threshold"]
     tried = 0 if context.lineage is None else len(context.lineage)
     parts = [
         f"Generation {context.generation}. Parent harness {context.harness_id}.",
@@ -70,6 +82,18 @@ def first_message(context: ProposalContext, k: int) -> str:
         parts.append("Feedback from the human reviewer on this stage (take it into account):\n" + context.feedback)
     parts.append(f"Propose up to {k} candidate(s) now: diagnosis first, then submit_candidate for each, then finish.")
     return "\n\n".join(parts)
+
+
+def _example_lines(finding: dict) -> str:
+    """A flagged trusted finding's example rows (policy text and labels quoted as data, bounded)."""
+    examples = finding.get("examples")
+    if finding.get("layer") != TRUSTED_LAYER or not isinstance(examples, list):
+        return ""
+    lines = [f"\n    e.g. response {untrusted_block(e.get('response', ''), EXAMPLE_CHARS)}, ground truth "
+             f"{untrusted_block(e.get('ground_truth', ''), EXAMPLE_CHARS)}, reward {_num(e.get('reward'))}, "
+             f"correct {e.get('correct') is True}"
+             for e in examples[:EXAMPLES_PER_FINDING] if isinstance(e, dict)]
+    return "".join(lines)
 
 
 def _num(value) -> str:

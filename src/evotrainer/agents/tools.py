@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from evotrainer.contracts.harness import EDITABLE_FILES
 from evotrainer.contracts.text import bounded_text
+from evotrainer.scoring.trusted_findings import disagreement
 
 MAX_ROWS = 50
 MAX_EXAMPLES = 20
@@ -35,6 +36,9 @@ AGGREGATIONS = {
     "reward_components": "mean of each reward component column (rc_*) next to reward and accuracy",
     "length_vs_reward": "response length quartiles with reward and accuracy in each, and the length-reward correlation",
     "examples": "example rows (prompt, response, ground truth, reward, correct, truncated), texts cut to 200 chars",
+    "reward_vs_verifier": "rows where the harness reward and the verifier disagree (false positives: incorrect but "
+                          "paid or above the group median; false negatives: correct but not paid or below it), with "
+                          "rates and 3 example rows of each",
     "diagnostics": "the rows of this generation's diagnostics.parquet",
 }
 _EVIDENCE_COLUMNS = ("split", "step", "prompt_id", "group_id", "sample_idx", "data_source", "prompt", "response",
@@ -208,8 +212,8 @@ class Toolbox:
             rows = frame.sort_values(["prompt_id", "sample_idx"]).head(min(limit, MAX_EXAMPLES))[columns]
             records = [{k: _cut(v) for k, v in r.items()} for r in rows.to_dict("records")]
             return _dumps({"aggregation": aggregation, "matching_rows": len(frame), "rows": records})
-        summarise = {"overview": _overview, "group_signal": _group_signal,
-                     "reward_components": _reward_components, "length_vs_reward": _length_vs_reward}[aggregation]
+        summarise = {"overview": _overview, "group_signal": _group_signal, "reward_components": _reward_components,
+                     "length_vs_reward": _length_vs_reward, "reward_vs_verifier": _reward_vs_verifier}[aggregation]
         if group_by is None:
             records = [summarise(frame)]
         else:
@@ -364,6 +368,23 @@ def _reward_components(frame: pd.DataFrame) -> dict:
     for column in sorted(c for c in frame.columns if c.startswith("rc_")):
         out[column] = _rate(frame, column)
     return out
+
+
+def _reward_vs_verifier(frame: pd.DataFrame) -> dict:
+    """The trusted findings' reward/verifier disagreement (scoring.trusted_findings.disagreement) on these rows."""
+    if not len(frame):
+        return {"rows": 0}
+    false_pos, false_neg = disagreement(frame.reset_index(drop=True))
+    columns = [c for c in ("prompt_id", "sample_idx", "response", "ground_truth", "reward", "correct") if c in frame]
+    correct = frame["correct"].to_numpy(dtype=bool)
+
+    def examples(mask) -> list[dict]:
+        return [{k: _cut(v) for k, v in r.items()} for r in frame[columns][mask].head(3).to_dict("records")]
+
+    return {"rows": len(frame), "false_positives": int(false_pos.sum()), "false_negatives": int(false_neg.sum()),
+            "false_positive_rate": float(false_pos.sum() / max(int((~correct).sum()), 1)),
+            "false_negative_rate": float(false_neg.sum() / max(int(correct.sum()), 1)),
+            "false_positive_examples": examples(false_pos), "false_negative_examples": examples(false_neg)}
 
 
 def _length_vs_reward(frame: pd.DataFrame) -> dict:

@@ -1,4 +1,7 @@
-"""Stage `diagnose`: run the harness's diagnostics over the rollout evidence and the parent's train log.
+"""Stage `diagnose`: run the harness's diagnostics over the rollout evidence and the parent's train log, and
+the trusted findings beside them (``scoring.trusted_findings``: computed here from evidence columns every run
+has, with the earlier generations' evidence and the per-turn table where they exist; a harness's diagnostics
+cannot blind them, and they win over a harness finding of the same name).
 
 The evidence is streamed by the sandboxed worker (only the columns the diagnostics declare), and the
 example rows a finding points at are fetched here in one more streaming pass, so a 10M-row file
@@ -16,7 +19,9 @@ from evotrainer.contracts import evidence
 from evotrainer.contracts.evidence_stream import resolve_examples
 from evotrainer.contracts.findings import check_findings
 from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.layout import RunLayout
 from evotrainer.sandbox.runner import Limits, run_tasks
+from evotrainer.scoring import trusted_findings
 from evotrainer.stages.common import config
 
 DIAGNOSE_LIMITS = Limits(timeout_s=600.0, memory_mb=8192)  # address space, not RSS: pyarrow reserves a lot
@@ -30,7 +35,10 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
     # the generation's diagnostics may have been written by an agent: they run in the sandbox
     raw = run_tasks(harness_dir, ["diagnose"], {"evidence": rollouts, "train_log": log,
                                                 "recipe": load_recipe(harness_dir)}, DIAGNOSE_LIMITS)
-    findings = check_findings(raw["findings"], f"{harness_dir}/diagnostics.py")
+    trusted = trusted_findings.diagnose_file(rollouts, earlier_evidence(rollouts),
+                                             Path(rollouts).with_name("turns.parquet"))
+    findings = trusted_findings.merge(check_findings(trusted, "trusted findings"),
+                                      check_findings(raw["findings"], f"{harness_dir}/diagnostics.py"))
     examples = resolve_examples(rollouts, dict(zip(findings["name"], findings["examples"], strict=True)))
     findings["examples"] = [json.dumps(examples[name], default=str) for name in findings["name"]]
     findings.insert(0, "generation", generation)
@@ -48,6 +56,17 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
     write_text(out_md, render_markdown(cfg.run, generation, findings, info["rows"]))
 
 
+def earlier_evidence(rollouts: str) -> list[Path]:
+    """The evidence files of the generations before the one ``rollouts`` belongs to (none outside a run)."""
+    try:
+        where = RunLayout.parse(Path(rollouts).resolve())
+    except ValueError:
+        return []
+    if where.key != "rollouts" or where.generation is None:
+        return []
+    return [where.layout.gen(g).rollouts for g in range(where.generation)]
+
+
 def render_markdown(run: str, generation: int, findings: pd.DataFrame, rows: int) -> str:
     order = {"critical": 0, "warn": 1, "ok": 2, "info": 3}
     table = findings.assign(_o=findings["severity"].map(order)).sort_values(["_o", "layer", "name"])
@@ -59,8 +78,9 @@ def render_markdown(run: str, generation: int, findings: pd.DataFrame, rows: int
             lines.append(f"- **{r.name}** = {r.value:.3g} ({r.severity}; threshold {r.threshold:g}, bad when "
                          f"{r.direction}; {r.affected_rows} rows): {r.message}")
             for ex in _examples(r.examples):
+                truth = f"ground truth `{ex['ground_truth']}`, " if "ground_truth" in ex else ""
                 lines.append(f"  - e.g. row {ex.get('row')}: `{ex.get('prompt', '')}` -> `{ex.get('response', '')}` "
-                             f"(reward {ex.get('reward')}, correct {ex.get('correct')})")
+                             f"({truth}reward {ex.get('reward')}, correct {ex.get('correct')})")
         lines.append("")
     else:
         lines += ["No diagnostic crossed its threshold.", ""]

@@ -53,7 +53,9 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
     crossed = crossover_proposal(cfg, context, run_layout, generation, harness_dir)
     try:
         narrative = agent.narrate(context)
-        proposals = agent.propose(context, cfg.agent.max_candidates - (1 if crossed else 0))
+        slots = cfg.agent.max_candidates - (1 if crossed else 0)
+        # at most the agent's slots: an agent that returns more would buy the loop slots no other arm has
+        proposals = list(agent.propose(context, slots))[:slots]
         agent_error = None
     except Exception as err:  # an agent failure costs this generation its proposals, not the run
         narrative, proposals, agent_error = "The agent failed.", [], redact(f"{type(err).__name__}: {err}")[:2000]
