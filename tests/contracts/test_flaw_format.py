@@ -25,9 +25,11 @@ def test_a_flaw_loads_with_its_overrides_in_either_spelling(tmp_path):
     one = load_flaw(flaw(tmp_path, "a", "experiment: code_quick\nknob_fixable: true\ndescription: lr off\n"
                                          "overrides: {search.generations: 4, harness.recipe.lr: 1.0e-3}\n"))
     assert one.experiment == "code_quick" and one.knob_fixable and one.description == "lr off"
-    assert one.config_overrides() == ["experiment=code_quick", "search.generations=4", "harness.recipe.lr=0.001"]
+    assert one.head_overrides() == ["experiment=code_quick"]
+    assert one.overrides == {"search.generations": 4, "harness.recipe.lr": 1.0e-3}
     two = load_flaw(flaw(tmp_path, "b", "task: arithmetic\noverrides: ['search.generations=4', 'agent.name=tpe']\n"))
-    assert two.config_overrides() == ["task=arithmetic", "search.generations=4", "agent.name=tpe"]
+    assert two.head_overrides() == ["task=arithmetic"]
+    assert two.overrides == {"search.generations": 4, "agent.name": "tpe"}
 
 
 @pytest.mark.parametrize("spec, diff, label, words", [

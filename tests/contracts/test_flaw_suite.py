@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from evotrainer.config import overrides_from_snakemake
 from evotrainer.contracts.candidate import REQUIRED_FUNCTIONS, apply_diff, touched_files
 from evotrainer.contracts.flaw import Flaw, flaw_folders, load_flaw
 from evotrainer.contracts.harness import check_layout, harness_id, load_env, load_module, load_recipe
@@ -46,7 +47,7 @@ def built(tmp_path_factory):
     def build(name: str):
         if name not in _BUILT:
             flaw = load_flaw(FLAWS / name)
-            cfg, shipped = _composed(tuple(flaw.config_overrides()))
+            cfg, shipped = _composed(tuple(flaw.head_overrides() + overrides_from_snakemake(flaw.overrides)))
             flawed = apply_diff(shipped, flaw.diff, tmp_path_factory.mktemp(name) / "harness")
             _BUILT[name] = (flaw, cfg, Path(shipped), flawed)
         return _BUILT[name]

@@ -61,11 +61,10 @@ class Flaw:
     knob_fixable: bool = False
     description: str = ""
 
-    def config_overrides(self) -> list[str]:
-        """The flaw's Hydra overrides: its experiment and task first, then its own keys."""
-        head = [f"experiment={self.experiment}"] if self.experiment else []
-        head += [f"task={self.task}"] if self.task else []
-        return head + [f"{key}={_hydra(value)}" for key, value in self.overrides.items()]
+    def head_overrides(self) -> list[str]:
+        """The flaw's experiment and task as Hydra overrides (its own keys, ``overrides``, come after the
+        suite's: stages/flaws.py)."""
+        return [f"experiment={self.experiment}"] * bool(self.experiment) + [f"task={self.task}"] * bool(self.task)
 
 
 def flaw_folders(flaws_dir: str | Path, only: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -175,13 +174,3 @@ def _scalar(text: str) -> Any:
     except yaml.YAMLError:
         return text
 
-
-def _hydra(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_hydra(item) for item in value) + "]"
-    text = str(value)
-    return text if re.fullmatch(r"[A-Za-z0-9_.+\-/:]*", text) else "'" + text.replace("'", "\\'") + "'"

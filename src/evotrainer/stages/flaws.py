@@ -78,13 +78,11 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
     """The flaw's runs' config: its experiment or task, the suite's own overrides (steps, generations: a short
     form for every flaw), the flaw's overrides, then what the runner owns (run names, harnesses, arms, seeds).
     Builds the flawed harness from the composed task's shipped one; raises FlawError."""
-    from evotrainer.config import ConfigError, compose, initial_harness_path
+    from evotrainer.config import ConfigError, compose, initial_harness_path, overrides_from_snakemake
     from evotrainer.contracts.candidate import CandidateError, apply_diff
     from evotrainer.contracts.harness import HarnessError, check_layout
 
-    head = flaw.config_overrides()
-    flaw_keys = [o for o in head if not o.startswith(("experiment=", "task="))]
-    base = head[: len(head) - len(flaw_keys)] + suite_overrides + flaw_keys
+    base = flaw.head_overrides() + suite_overrides + overrides_from_snakemake(flaw.overrides)
     try:
         flawed_cfg = compose(base + [f"results_dir={cfg.results_dir}", "harness.initial=null"])
         shipped = initial_harness_path(flawed_cfg)
