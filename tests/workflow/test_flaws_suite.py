@@ -59,9 +59,10 @@ def test_two_flaws_run_every_arm_at_equal_charge_and_a_broken_flaw_fails_alone(t
     # the loop starts from the flawed harness; the shipped one (reference/) reaches no agent stage
     flaw = tmp_path / "results/ci/flaws/arith_reward_period"
     loop = tmp_path / "results/ci-arith_reward_period-seed0"
-    assert (loop / "gen0/harness/reward.py").read_text() == (flaw / "harness/reward.py").read_text()
-    assert r"\.\s*$" in (flaw / "harness/reward.py").read_text()
-    reference = str((flaw / "reference").resolve())
+    [flawed], [shipped] = flaw.glob("harness-*"), flaw.glob("reference-*")
+    assert (loop / "gen0/harness/reward.py").read_text() == (flawed / "reward.py").read_text()
+    assert r"\.\s*$" in (flawed / "reward.py").read_text()
+    reference = str(shipped.resolve())
     for path in loop.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".md", ".yaml", ".txt") and "baseline_reference" not in path.parts:
             assert reference not in path.read_text(errors="replace") or path.name == "config.yaml", path

@@ -2,8 +2,8 @@
 
 `flaw` runs one flaw folder (contracts/flaw.py) and writes ``results/NAME/flaws/<flaw>/outcome.json``:
 
-1. its shipped harness (the task's ``default_harness``) is copied to ``reference/`` and the flaw's diff is
-   applied strictly to a copy of it, ``harness/`` (the flawed starting harness);
+1. its shipped harness (the task's ``default_harness``) is copied to ``reference-<harness id>/`` and the flaw's
+   diff is applied strictly to a copy of it, ``harness-<diff hash>/`` (the flawed starting harness);
 2. one Snakemake run of the workflow (a child process, under the supervisor: a deadline, the whole tree
    ended on interrupt) makes, for each of ``flaws.seeds`` seeds, four arms at the same charged total:
 
@@ -88,7 +88,9 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
         shipped = initial_harness_path(flawed_cfg)
     except (ConfigError, ValueError) as err:
         raise FlawError(f"the flaw's config: {err}", "flaw_config_invalid") from None
-    reference, harness = folder / "reference", folder / "harness"
+    # named by what they hold: a changed flaw.diff or a changed shipped harness is a new harness.initial or
+    # harness.reference, which the child's provenance check refuses under runs that have outputs (a new run=)
+    reference, harness = harness_folders(folder, flaw, shipped)
     for target in (reference, harness):
         shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(shipped, reference, ignore=shutil.ignore_patterns("__pycache__"))
@@ -110,6 +112,14 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
     except ConfigError as err:
         raise FlawError(f"the flaw's config: {err}", "flaw_config_invalid") from None
     return base + owned
+
+
+def harness_folders(folder: Path, flaw: Flaw, shipped: Path) -> tuple[Path, Path]:
+    """(reference/, harness/) of a flaw: ``reference-<shipped harness id>``, ``harness-<diff hash>``."""
+    from evotrainer.contracts.harness import harness_id
+    from evotrainer.runtime import diff_hash
+
+    return folder / f"reference-{harness_id(shipped)[:12]}", folder / f"harness-{diff_hash(flaw.diff)[:12]}"
 
 
 def arm_runs(suite_run: str, flaw: str, seeds: int, tuner: str) -> dict[int, dict[str, tuple[str, str]]]:
@@ -153,7 +163,8 @@ def _run_child(cfg, flaw: Flaw, folder: Path, snakefile: str, cores: int, overri
             timed_out = True
         else:
             timed_out = False
-    found = collect_arms(cfg.results_dir, cfg.run, flaw, cfg.flaws.seeds, cfg.flaws.tuner, folder / "reference")
+    found = collect_arms(cfg.results_dir, cfg.run, flaw, cfg.flaws.seeds, cfg.flaws.tuner,
+                         Path(cfg_reference(overrides)))
     complete = all(all(arm.get("test_accuracy") is not None for arm in seed["arms"].values())
                    for seed in found.values())
     status = "ok" if complete and outcome.ok else ("partial" if _any_arm(found) else "failed")
@@ -162,6 +173,11 @@ def _run_child(cfg, flaw: Flaw, folder: Path, snakefile: str, cores: int, overri
     return {"status": status, "label": label, "detail": detail, "returncode": outcome.returncode,
             "snakemake_wall_s": round(outcome.wall_s, 1), "seeds": found,
             "job_seconds": _job_seconds(cfg.results_dir, cfg.run, flaw.name, cfg.flaws.seeds, cfg.flaws.tuner)}
+
+
+def cfg_reference(overrides: list[str]) -> str:
+    """The harness.reference the runner set among a flaw's overrides."""
+    return next(o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("harness.reference="))
 
 
 def _any_arm(found: dict) -> bool:
