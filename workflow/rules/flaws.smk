@@ -5,7 +5,7 @@ import json
 import shlex
 
 from evotrainer.config import overrides_from_snakemake
-from evotrainer.contracts.flaw import FlawError, flaw_folders
+from evotrainer.contracts.flaw import FLAW_DIFF, FLAW_YAML, FlawError, flaw_folders
 
 FLAW_NAMES = []
 if CFG.flaws.dir:
@@ -20,6 +20,7 @@ if CFG.flaws.dir:
 SUITE_KEYS_OWNED = ("run=", "experiment=", "task=", "results_dir=", "flaws.", "harness.initial=", "harness.reference=")
 SUITE_OVERRIDES = [o for o in overrides_from_snakemake(config) if not o.startswith(SUITE_KEYS_OWNED)]
 SUITE = run_layout(RUN)
+FLAW_FILES = (FLAW_YAML, FLAW_DIFF)
 # both run where snakemake runs: `flaw` starts a snakemake of its own, which submits that flaw's jobs (on a cluster
 # through flaws.snakemake_args, e.g. [--profile, slurm])
 localrules:
@@ -27,14 +28,9 @@ localrules:
     flaws,
 
 
-def flaw_folder_files(wildcards):
-    folder = Path(CFG.flaws.dir) / wildcards.flaw
-    return [str(p) for p in (folder / "flaw.yaml", folder / "flaw.diff") if p.is_file()]
-
-
 rule flaw:
-    input:
-        flaw_folder_files,
+    input:  # what the folder holds of flaw.yaml and flaw.diff (a missing one fails that flaw alone, with its label)
+        lambda wc: [str(p) for p in (Path(CFG.flaws.dir) / wc.flaw / name for name in FLAW_FILES) if p.is_file()],
     output:
         SUITE.pattern.flaw_outcome,
     params:
