@@ -91,16 +91,21 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
     # named by what they hold: a changed flaw.diff or a changed shipped harness is a new harness.initial or
     # harness.reference, which the child's provenance check refuses under runs that have outputs (a new run=)
     reference, harness = harness_folders(folder, flaw, shipped)
-    for target in (reference, harness):
-        shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(shipped, reference, ignore=shutil.ignore_patterns("__pycache__"))
+    build = folder / f".build-{os.getpid()}"
+    shutil.rmtree(build, ignore_errors=True)
     try:
-        apply_diff(reference, flaw.diff, harness)
-        check_layout(harness)
-    except (CandidateError, HarnessError) as err:
-        shutil.rmtree(harness, ignore_errors=True)
-        raise FlawError(f"flaw.diff against the {flawed_cfg.task.name} task's shipped harness: {err}",
-                        "flaw_diff_invalid") from None
+        shutil.copytree(shipped, build / "reference", ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            apply_diff(build / "reference", flaw.diff, build / "harness")
+            check_layout(build / "harness")
+        except (CandidateError, HarnessError) as err:
+            shutil.rmtree(harness, ignore_errors=True)
+            raise FlawError(f"flaw.diff against the {flawed_cfg.task.name} task's shipped harness: {err}",
+                            "flaw_diff_invalid") from None
+        for built, target in ((build / "reference", reference), (build / "harness", harness)):
+            _keep_or_replace(built, target)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     owned = [f"run={flaw_run_name(cfg.run, flaw.name)}", f"results_dir={cfg.results_dir}",
              f"harness.initial={harness.resolve()}", f"harness.reference={reference.resolve()}",
              "skills.library_dir=null", f"search.headline_seeds={cfg.flaws.seeds}",
@@ -112,6 +117,20 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
     except ConfigError as err:
         raise FlawError(f"the flaw's config: {err}", "flaw_config_invalid") from None
     return base + owned
+
+
+def _keep_or_replace(built: Path, target: Path) -> None:
+    """Move ``built`` to ``target`` unless ``target`` already holds the same files: a resumed suite keeps the
+    folders (and their times) that its finished jobs read, so the child Snakemake reruns nothing finished."""
+    if target.is_dir() and _tree(target) == _tree(built):
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    built.rename(target)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts}
 
 
 def harness_folders(folder: Path, flaw: Flaw, shipped: Path) -> tuple[Path, Path]:

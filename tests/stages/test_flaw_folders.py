@@ -1,0 +1,61 @@
+"""The flaw runner's harness folders (stages/flaws.py): a resumed suite keeps the flawed and shipped folders its
+finished jobs read, with their file times, so the child Snakemake reruns nothing finished; a changed flaw gets a
+new folder, and a diff that does not apply leaves no flawed folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evotrainer.config import compose
+from evotrainer.contracts.flaw import FlawError, load_flaw
+from evotrainer.stages.flaws import _child_overrides
+
+pytestmark = pytest.mark.fast
+
+FLAW = Path(__file__).resolve().parents[2] / "flaws" / "arith_reward_period"
+
+
+def _times(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def _folders(overrides: list[str]) -> tuple[Path, Path]:
+    pick = {o.split("=", 1)[0]: Path(o.split("=", 1)[1]) for o in overrides
+            if o.startswith(("harness.initial=", "harness.reference="))}
+    return pick["harness.initial"], pick["harness.reference"]
+
+
+def test_a_second_run_keeps_the_folders_and_their_times(tmp_path):
+    cfg = compose([f"results_dir={tmp_path}", "run=suite"])
+    flaw = load_flaw(FLAW)
+    folder = tmp_path / "flaws" / flaw.name
+    harness, reference = _folders(_child_overrides(cfg, flaw, folder, []))
+    before = {"harness": _times(harness), "reference": _times(reference)}
+    assert "reward.py" in before["harness"] and (harness / "reward.py").read_text() != (reference / "reward.py").read_text()
+    os.utime(harness / "reward.py", ns=(1, 1))  # an old time: a rebuilt file would get a new one
+    before["harness"]["reward.py"] = 1
+    again = _folders(_child_overrides(cfg, flaw, folder, []))
+    assert again == (harness, reference)
+    assert {"harness": _times(harness), "reference": _times(reference)} == before
+    assert sorted(p.name for p in folder.iterdir()) == sorted([harness.name, reference.name])  # no build left
+
+
+def test_a_changed_diff_gets_a_new_folder_and_a_broken_one_none(tmp_path):
+    cfg = compose([f"results_dir={tmp_path}", "run=suite"])
+    copy = tmp_path / "mine" / "arith_reward_period"
+    shutil.copytree(FLAW, copy)
+    folder = tmp_path / "flaws" / copy.name
+    first, _ = _folders(_child_overrides(cfg, load_flaw(copy), folder, []))
+    diff = (copy / "flaw.diff").read_text()
+    (copy / "flaw.diff").write_text(diff.replace("\\.\\s*$", "!\\s*$"))  # another flaw: a "!" after the answer
+    second, _ = _folders(_child_overrides(cfg, load_flaw(copy), folder, []))
+    assert second != first and first.is_dir() and "!" in (second / "reward.py").read_text()
+    (copy / "flaw.diff").write_text(diff.replace(" import re", " import regex"))  # context the file lacks
+    with pytest.raises(FlawError) as err:
+        _child_overrides(cfg, load_flaw(copy), folder, [])
+    assert err.value.label == "flaw_diff_invalid"
+    assert not any(p.name.startswith(".build") for p in folder.iterdir())
