@@ -84,7 +84,7 @@ def missing_libraries(names: Iterable[str]) -> list[str]:
         module, package = LIBRARIES.get(name, (None, None))
         if module is not None and importlib.util.find_spec(module) is None:
             problems.append(f"logger={name} needs the {package} package, which is not installed: "
-                            f"pip install 'evotrainer[{EXTRA}]' (scripts/install.sh installs it)")
+                            f"pip install 'evotrainer[{EXTRA}]' (`bash scripts/install.sh --tests` installs it)")
     return problems
 
 

@@ -3,8 +3,8 @@
 agent's repairs (``agents.repairs``), so the rule the diagnosis measures is the rule a repair applies.
 
 Standard library only, every name prefixed ``lenient_`` / ``_LENIENT`` / ``_lenient``: the source below this
-docstring is appended to a harness's reward.py or curriculum.py beside that file's own names (verl imports a
-reward.py by path: it must stay self-contained).
+docstring is appended to a harness's reward.py or curriculum.py beside that file's own names (a
+reward.py runs in the sandboxed reward worker, standard library only: it must stay self-contained).
 
 The rule:
 

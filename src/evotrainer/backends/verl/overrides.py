@@ -387,7 +387,7 @@ def verl_config_dir() -> Path:
         import verl
     except ImportError as err:
         raise RuntimeError("trainer.name=verl needs verl 0.9.1: pip install 'evotrainer[verl]' "
-                           "(or scripts/install.sh, which installs the verl extra)") from err
+                           "(or `bash scripts/install.sh --tests`, which installs the verl extra)") from err
     return Path(verl.__file__).parent / "trainer" / "config"
 
 

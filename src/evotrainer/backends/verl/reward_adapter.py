@@ -24,7 +24,7 @@ arguments verl adds (a reward router's address) are ignored. A sandbox failure r
 ``SandboxError`` (its label in the message), which fails verl's job.
 
 This file imports evotrainer: on a cluster, install evotrainer in the interpreter that runs verl
-(``trainer.verl.python``; scripts/install.sh puts both in one environment).
+(``trainer.verl.python``; ``bash scripts/install.sh --tests`` puts both in one environment).
 """
 
 from __future__ import annotations

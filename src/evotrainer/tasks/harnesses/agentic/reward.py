@@ -1,6 +1,6 @@
 """Reward for agentic episodes, in verl's custom-reward signature (so it runs unchanged under verl).
 
-Self-contained on purpose: verl imports this file by path. One call per EPISODE:
+Self-contained: it runs in the sandboxed reward worker, under verl too (never in verl). One call per EPISODE:
 
     compute_score(data_source, solution_str, ground_truth, extra_info)
       solution_str  the transcript after the prompt ("assistant: ..." / "user: ..." blocks; under verl,

@@ -3,7 +3,7 @@
 The learning signal only: the task's trusted verify (the dataset's own score_answer) decides
 correctness. The answer is read as the task reads it (the last <answer>...</answer>, else the last
 non-empty line) and must equal the ground truth up to whitespace and case, or as a number.
-Self-contained on purpose: verl imports this file by path, outside the evotrainer package.
+Self-contained: it runs in the sandboxed reward worker, under verl too (the trusted adapter calls it there).
 """
 
 import re
