@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent install into ./.venv (README "Install").
+# Idempotent install into ./.venv (README "Quick start").
 #   bash scripts/install.sh           the package and what the default run needs
 #   bash scripts/install.sh --tests   also the extras the test suite exercises: dev (pytest, linters), verl (the
 #                                     verl backend's contract tests), slurm (the executor plugin), tracking

@@ -392,7 +392,7 @@ class SearchConf:
     selection: str = one_of("bootstrap", "greedy", "bootstrap")
     confidence: float = between(0.95, 0.5, 0.999)
     headline_seeds: int = between(5, 1, 100)
-    # the arms `snakemake headline` runs per seed (HEADLINE_ARMS, README "Headline"): evolved and fixed always; the
+    # the arms `snakemake headline` runs per seed (HEADLINE_ARMS, docs/headline.md): evolved and fixed always; the
     # others by name (agent arms: the same loop with that agent proposing, run <run>-seed<s>-<arm>)
     headline_arms: list[str] = field(default_factory=lambda: list(DEFAULT_HEADLINE_ARMS))
     gates: bool = True
@@ -425,7 +425,7 @@ class ApprovalsConf:
 
 @dataclass
 class SandboxConf:
-    """Where untrusted code runs (README "Replay before training, and the sandbox", docs/sandbox.md)."""
+    """Where untrusted code runs (docs/sandbox.md, docs/harness.md "Replay before training")."""
 
     isolation: str = one_of("auto", "auto", "os", "process")  # auto: os where supported, else process with a warning; os: error if unsupported
     reward_timeout_s: float = between(60.0, 0.1, 86400.0)  # per-batch deadline of the sandboxed reward worker during training
@@ -475,7 +475,7 @@ class Config:
     flaws: FlawsConf = field(default_factory=FlawsConf)
 
 
-# Snakemake config keys that name a nested key (the issue's and the README's spelling)
+# Snakemake config keys that name a nested key (the spelling the README uses)
 SNAKEMAKE_KEY_ALIASES = {"flaws_dir": "flaws.dir"}
 
 
@@ -544,7 +544,7 @@ def _renamed(key: str) -> str | None:
     new = RENAMED_GROUPS[group]
     old_key, new_key = (f"{group}.{rest}", f"{new}.{rest}") if rest else (group, new)
     return (f"config: '{old_key}' was renamed to '{new_key}' (the approvals: stop the workflow after a stage "
-            f"for a person, README \"Approvals\"; 'gates' now names only the validity gates, search.gates)")
+            f"for a person, docs/agents.md \"Approvals\"; 'gates' now names only the validity gates, search.gates)")
 
 
 def _check_renamed_overrides(overrides: list[str]) -> None:

@@ -34,7 +34,7 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
         problems += _folder("flaws.dir (flaws_dir)", cfg.flaws.dir, (), "a folder of flaw folders (docs/flaws.md)")
     if cfg.agent.extra_candidates:
         problems += _folder("agent.extra_candidates", cfg.agent.extra_candidates, (), "a folder of *.diff files")
-    problems += _agent_key(cfg.agent)
+    problems += agent_key_problems(cfg.agent)
     from evotrainer.tracking import missing_libraries
 
     problems += missing_libraries(cfg.logger)  # a logger's library (tensorboard, wandb, mlflow) where jobs run
@@ -106,13 +106,17 @@ def _model_files(path: Path, value: str) -> list[str]:
     return problems
 
 
-def _agent_key(agent: Any) -> list[str]:
-    """What evotrainer.agents.llm.api_key would refuse in the propose job: claude always needs its key; an
-    OpenAI-compatible endpoint needs it unless ``agent.base_url`` names a server (a local one may need none)."""
+def agent_key_required(agent: Any) -> bool:
+    """Whether the agent cannot start without its API key: claude always needs it; an OpenAI-compatible
+    endpoint needs it unless ``agent.base_url`` names a server (a local one may need none)."""
     if agent.name not in ("claude", "openai"):
-        return []
-    required = agent.name == "claude" or (bool(agent.api_key_env) and not agent.base_url)
-    if not required:
+        return False
+    return agent.name == "claude" or (bool(agent.api_key_env) and not agent.base_url)
+
+
+def agent_key_problems(agent: Any) -> list[str]:
+    """What evotrainer.agents.llm.api_key would refuse in the propose job (also `evotrainer agent check`)."""
+    if not agent_key_required(agent):
         return []
     if not agent.api_key_env:
         return [f"agent.api_key_env is not set: agent={agent.name} needs the name of the environment variable "

@@ -1,25 +1,22 @@
 """The command table (cli/main.py) against the functions it names: every option reaches a parameter and every
-required parameter has an option, so a stage's signature and the rule that calls it cannot drift apart."""
+required parameter has an option, so a stage's signature and the rule that calls it cannot drift apart; every
+command and every argument has help; the commands that work on a run take it the same way."""
 
 from __future__ import annotations
 
+import argparse
 import inspect
 
 import pytest
 
-from evotrainer.cli.main import COMMANDS, STAGES, Command, main, parser
+from evotrainer.cli.main import COMMANDS, STAGES, Command, Option, main, package_version, parser
 from evotrainer.loading import load_object
 
 pytestmark = pytest.mark.fast
 
 
 def _destinations(command: Command) -> set[str]:
-    dests = set()
-    for spec in command.options:
-        spec, _, dest = spec.lstrip("=").partition(">")
-        option = spec.partition(":")[0].rstrip("?+")
-        dests.add(dest or ("config_path" if option == "config" else option.replace("-", "_")))
-    return dests
+    return {option.dest for option in command.parsed_options()}
 
 
 @pytest.mark.parametrize("name", sorted(STAGES) + [f"cmd:{n}" for n in sorted(COMMANDS)])
@@ -55,3 +52,75 @@ def test_a_listing_piped_into_head_ends_quietly():
                             text=True, timeout=120)
     assert result.stdout.startswith("tasks (entry-point group evotrainer.tasks)")
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+def _undocumented(top: argparse.ArgumentParser, path: str = "evotrainer") -> list[str]:
+    """Every subcommand and argument under ``top`` without help text (argparse's own -h aside)."""
+    missing = []
+    for action in top._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if not action.help or action.help == argparse.SUPPRESS:
+            missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+        if isinstance(action, argparse._SubParsersAction):
+            helped = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not helped.get(name):
+                    missing.append(f"{path} {name} (the command itself)")
+                missing += _undocumented(sub, f"{path} {name}")
+    return missing
+
+
+def test_every_subcommand_and_argument_has_help():
+    assert _undocumented(parser()) == []
+
+
+def test_the_walk_finds_a_command_or_argument_without_help():
+    top = argparse.ArgumentParser()
+    sub = top.add_subparsers(help="commands")
+    sub.add_parser("bare").add_argument("--undocumented")
+    sub.add_parser("documented", help="has help").add_argument("value", help="has help")
+    assert _undocumented(top) == ["evotrainer bare (the command itself)", "evotrainer bare --undocumented"]
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"evotrainer {package_version()}\n"
+    from importlib import metadata
+
+    assert package_version() == metadata.version("evotrainer")
+
+
+def test_version_falls_back_to_the_package_attribute(monkeypatch):
+    from importlib import metadata
+
+    import evotrainer
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    assert package_version() == evotrainer.__version__
+
+
+# the commands that work on a run: RUN first (a name under --results-dir or a run folder's path), --results-dir
+RUN_COMMANDS = {"status": ["RUN"], "show": ["RUN"], "lineage": ["RUN"], "report": ["RUN"], "approve": ["RUN"],
+                "revise": ["RUN"], "abort": ["RUN"], "compare": ["RUN_A", "RUN_B"], "diff-runs": ["RUN_A", "RUN_B"]}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_COMMANDS))
+def test_every_run_command_takes_its_run_the_same_way(name):
+    options = COMMANDS[name].parsed_options()
+    positionals = [o.name.upper().replace("-", "_") for o in options if o.positional]
+    assert positionals[:len(RUN_COMMANDS[name])] == RUN_COMMANDS[name]
+    results = [o for o in options if o.name == "results-dir"]
+    assert results == [Option("results-dir", "results_dir", ("results",), optional=True)]
+    params = inspect.signature(load_object(COMMANDS[name].entry)).parameters
+    assert params["results_dir"].default == "results"
+
+
+def test_no_other_command_takes_a_results_folder():
+    """A run command missing from RUN_COMMANDS would escape the test above."""
+    assert {n for n, c in COMMANDS.items() if any(o.name == "results-dir" for o in c.parsed_options())} == set(RUN_COMMANDS)

@@ -66,7 +66,7 @@ def test_a_required_approval_stops_until_approved_and_records_the_decision(tmp_p
         approvals.check(cfg, run_dir, 0, "propose")
     message = str(err.value)
     assert "approval after_propose stops run 'default' at generation 0" in message
-    assert f"evotrainer approve default 0 propose --results {tmp_path / 'results'}" in message
+    assert f"evotrainer approve default 0 propose --results-dir {tmp_path / 'results'}" in message
     (pending,) = approvals.pending(run_dir)
     assert pending["approval"] == "after_propose" and "candidates/" in pending["review"]
     assert any("PENDING approval after_propose" in line for line in approvals.status_lines(run_dir))

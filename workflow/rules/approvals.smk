@@ -1,4 +1,4 @@
-# Approvals (conf: approvals.after_<stage>, approvals.after_failed_generations; README "Approvals").
+# Approvals (conf: approvals.after_<stage>, approvals.after_failed_generations; docs/agents.md "Approvals").
 # A stage's consumer always takes gen<g>/approvals/<stage>.json as input, approvals on or off, so that
 # turning an approval on or off in the middle of a run changes no job's inputs (which would make Snakemake
 # redo finished work). The `approval` job writes the file at once when the approval is not required, or

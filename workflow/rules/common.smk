@@ -32,7 +32,7 @@ def config_failure(*lines):
 
 
 # The conf/ beside this Snakefile (a second checkout reads its own; a wheel's bundled workflow its bundled
-# conf), plus any folder named in hydra.searchpath (README "Your own config folder").
+# conf), plus any folder named in hydra.searchpath (docs/configuration.md).
 try:
     CFG = compose(overrides_from_snakemake(config), conf_dir=Path(workflow.basedir) / "conf")
 except ConfigError as err:
@@ -44,7 +44,7 @@ G = CFG.search.generations
 STEPS = CFG.search.steps_per_generation
 TRAIN_THREADS = CFG.trainer.threads
 EVO = f"{stable_interpreter()} -m evotrainer.cli stage"  # the interpreter running snakemake has evotrainer
-# `--sdm conda` (profiles/slurm, README "Running on SLURM"): each rule runs in its envs/*.yaml environment,
+# `--sdm conda` (profiles/slurm, docs/cluster.md): each rule runs in its envs/*.yaml environment,
 # which holds the dependencies; the package comes from this source tree. Ignored without --sdm conda.
 ENVS = {kind: f"{workflow.basedir}/envs/{kind}.yaml" for kind in ("cpu", "agent", "train-gpu")}
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:

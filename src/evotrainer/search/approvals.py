@@ -125,7 +125,7 @@ def required(approvals_cfg, run_dir: str | Path, generation: int, stage: str) ->
 
 
 def commands(run: str, generation: int, stage: str, results: str) -> list[str]:
-    opt = "" if results == "results" else f" --results {results}"
+    opt = "" if results == "results" else f" --results-dir {results}"
     return [f"evotrainer approve {run} {generation} {stage}{opt}",
             f'evotrainer revise {run} {generation} {stage} "what to change"{opt}',
             f"evotrainer abort {run}{opt}"]
