@@ -59,6 +59,10 @@ elif CFG.forkserver and workflow.local_exec and not workflow.remote_exec:
     # part of the command: a rule's command is a param, and a new pid would rerun every job)
     EVO = f"EVOTRAINER_FORKSERVER=1 {EVO}"
     mark_run_owner()
+# A stage that supervises a Snakemake run of its own (`flaw`) runs in its own interpreter: forked from the fork
+# server it would not be a descendant of this snakemake, so an interrupt could end the server (and it) while it
+# is still killing its run's processes, and leave them stopped
+EVO_OWN_PROCESS = EVO.removeprefix("EVOTRAINER_FORKSERVER=1 ")
 
 
 def end_jobs_on_terminate():

@@ -34,7 +34,7 @@ rule flaw:
     output:
         SUITE.pattern.flaw_outcome,
     params:
-        evo=EVO,
+        evo=EVO_OWN_PROCESS,
         conf=str(SUITE.config),
         folder=lambda wc: str(Path(CFG.flaws.dir) / wc.flaw),
         snakefile=str(Path(workflow.basedir) / "Snakefile"),
