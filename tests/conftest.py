@@ -67,7 +67,8 @@ def splits(task):
 
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory, splits, task):
-    """A tiny policy after 300 SFT steps (~6 s): answers in the right format, often wrong."""
+    """A tiny policy after 300 SFT steps (minutes on 2 cores: 299 s on a loaded machine, so tier 2 only):
+    answers in the right format, often wrong."""
     import torch
 
     from evotrainer.backends.local.sft import warm_start

@@ -22,8 +22,6 @@ from evotrainer.sandbox.candidate_check import check_harness
 from evotrainer.tasks.harnesses import complete
 from tests.scoring.test_trusted_findings import ev, group, honest
 
-pytestmark = pytest.mark.fast
-
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "evotrainer" / "tasks" / "harnesses"
 TASKS = ("default", "math", "code", "agentic", "reasoning_gym")
 NAMES = [r.name for r in REPAIRS] + ["raise_max_response_len"]
@@ -62,7 +60,9 @@ def applied(harness: Path, diff: str, dest: Path) -> Path:
     return checked(apply_diff(harness, diff, dest))
 
 
-@pytest.mark.parametrize("task", TASKS)
+# The default harness in the fast tier; the other shipped harnesses (~1-2 s each, sandboxed import probes) in tier 2.
+@pytest.mark.parametrize("task", [pytest.param(task, marks=[pytest.mark.fast] if task == "default" else [])
+                                  for task in TASKS])
 def test_every_repair_applies_to_every_shipped_harness_and_they_stack(task, tmp_path):
     import re
 
@@ -88,6 +88,7 @@ def test_every_repair_applies_to_every_shipped_harness_and_they_stack(task, tmp_
     check_harness(current)  # the sandboxed import probe on the harness with every repair
 
 
+@pytest.mark.fast
 def test_repairs_are_proposed_only_when_flagged_and_before_the_knobs():
     harness = complete(SHIPPED / "default")
     quiet = repairs_for(harness, flagged("dead_group_ratio", "never_solved_prompts", severity="ok"))
@@ -118,6 +119,7 @@ def _score(out):
     return out["score"] if isinstance(out, dict) else out
 
 
+@pytest.mark.fast
 def test_the_lenient_recheck_pays_correct_answers_in_a_drifted_format(tmp_path):
     period = lambda text: text.replace(r'(-?\d+)\s*$")', r'(-?\d+)\.\s*$")')  # noqa: E731 - wants "42."
     flawed, repaired = _reward(complete(SHIPPED / "default"), "lenient_answer_recheck", tmp_path, period)
@@ -132,6 +134,7 @@ def test_the_lenient_recheck_pays_correct_answers_in_a_drifted_format(tmp_path):
     assert _score(gym("g", "<answer>Paris.</answer>", "paris")) == 1.0
 
 
+@pytest.mark.fast
 def test_the_verdict_recheck_pays_what_the_verifier_passed(tmp_path):
     strict = lambda text: text.replace("correct = bool(outcome.get(\"correct\")) and total > 0",  # noqa: E731
                                        "correct = bool(outcome.get(\"correct\")) and total > 0 and "
@@ -144,6 +147,7 @@ def test_the_verdict_recheck_pays_what_the_verifier_passed(tmp_path):
     assert _score(repaired("c", "x", "t", failed)) == 0.0 and _score(repaired("c", "x", "t", None)) == 0.0
 
 
+@pytest.mark.fast
 def test_all_or_nothing_and_pay_only_verified_stop_partial_credit(tmp_path):
     partial = lambda text: set_constant("reward.py", "PARTIAL_CREDIT", 0.9)({}, {"reward.py": text})["reward.py"]  # noqa: E731
     half = {"verification": {"correct": False, "passed": 2, "total": 3, "failure_category": "wrong_answer"}}
@@ -157,6 +161,7 @@ def test_all_or_nothing_and_pay_only_verified_stop_partial_credit(tmp_path):
     assert verified("c", "x", "t", half)["unverified_pay_dropped"] == 1.0
 
 
+@pytest.mark.fast
 def test_no_penalty_on_valid_turns_keeps_the_penalty_on_invalid_ones(tmp_path):
     def harsh(text):
         return set_constant("reward.py", "LOOP_PENALTY", 0.5)({}, {"reward.py": set_constant(
@@ -177,6 +182,7 @@ def _pool() -> pd.DataFrame:
                          "ground_truth": ["41", "7", "9", "5"], "data_source": "t", "difficulty": 0})
 
 
+@pytest.mark.fast
 def test_the_label_repair_drops_prompts_whose_samples_agree_against_the_label(tmp_path):
     harness = complete(SHIPPED / "default")
     repaired = applied(harness, repairs_for(harness)["drop_label_disputes"].diff, tmp_path / "label")
@@ -188,6 +194,7 @@ def test_the_label_repair_drops_prompts_whose_samples_agree_against_the_label(tm
     assert weights(_pool(), evidence.assign(turns=2)).tolist() == [1.0] * 4  # episodes: no answers to compare
 
 
+@pytest.mark.fast
 def test_the_uniform_curriculum_replaces_a_starving_one(tmp_path):
     harness = complete(SHIPPED / "default")
     text = (harness / "curriculum.py").read_text()
@@ -203,6 +210,7 @@ def test_the_uniform_curriculum_replaces_a_starving_one(tmp_path):
     assert load_module(repaired, "curriculum").prompt_weights(_pool(), evidence).tolist() == [1.0] * 4
 
 
+@pytest.mark.fast
 def test_truncation_doubles_max_response_len_within_the_schema(tmp_path):
     harness = complete(SHIPPED / "default")
     repaired = applied(harness, repairs_for(harness)["raise_max_response_len"].diff, tmp_path / "longer")

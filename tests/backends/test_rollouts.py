@@ -16,10 +16,10 @@ from evotrainer.config import ConfigError, compose
 from evotrainer.contracts import evidence
 from evotrainer.contracts import turns as turns_contract
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module, load_recipe
-from evotrainer.policy.tiny import load_policy
+from evotrainer.policy.tiny import build_model, build_tokenizer, load_policy, save_policy
 from evotrainer.scoring import InProcessReward
 
-pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 IDS = {"run": "r", "generation": 1, "split": "probe", "step": 0, "policy_id": "p", "harness_id": "h"}
 
@@ -33,14 +33,29 @@ def cfg():
     return compose(["experiment=quick"])
 
 
-def test_local_player_samples_and_scores_exactly_as_the_sampler(cfg, tiny_policy, splits, task):
+@pytest.fixture(scope="module")
+def untrained_policy(tmp_path_factory):
+    """A saved tiny policy as built, without the session's SFT (`tiny_policy` trains for minutes on 2 cores):
+    the player and the sampler must give the same rows whatever the weights."""
+    tokenizer = build_tokenizer()
+    path = tmp_path_factory.mktemp("untrained") / "policy"
+    save_policy(build_model(tokenizer, seed=0), tokenizer, path)
+    return path
+
+
+# The untrained policy keeps the fast tier fast; the SFT-trained one (tier 2, where `backtests` builds it anyway)
+# also gives rows in the right format, so rewards above zero go through the same comparison.
+@pytest.mark.parametrize("policy", [pytest.param("untrained_policy", marks=pytest.mark.fast, id="untrained"),
+                                    pytest.param("tiny_policy", id="sft")])
+def test_local_player_samples_and_scores_exactly_as_the_sampler(cfg, policy, splits, task, request):
+    policy_dir = request.getfixturevalue(policy)
     reward = _reward(DEFAULT_HARNESS)
     probe = splits["probe"].head(8)
     recipe = load_recipe(DEFAULT_HARNESS)
-    player = rollouts.sampler(rollouts.Setting(cfg, task, DEFAULT_HARNESS, reward), tiny_policy)
+    player = rollouts.sampler(rollouts.Setting(cfg, task, DEFAULT_HARNESS, reward), policy_dir)
     assert isinstance(player, rollouts.LocalPlayer)
     played = player.sample(probe, group_size=4, sampling_seed=11, seed=11, **IDS)
-    model, tokenizer = load_policy(tiny_policy, "cpu")
+    model, tokenizer = load_policy(policy_dir, "cpu")
     model.eval()
     repeated, batch = sample_and_score(model, tokenizer, probe, group_size=4, recipe=recipe, reward=reward, task=task,
                                        generator=torch.Generator().manual_seed(11))
@@ -55,6 +70,7 @@ def test_local_player_samples_and_scores_exactly_as_the_sampler(cfg, tiny_policy
     assert player.accuracy(splits["val"].head(20)) == pytest.approx(greedy.frame["correct"].mean())
 
 
+@pytest.mark.fast
 def test_episode_player_plays_episodes_with_their_turn_table(cfg, tmp_path):
     from evotrainer.policy.qwen2_tiny import build_model, build_tokenizer
     from evotrainer.scoring.evidence import prompt_text
@@ -76,6 +92,7 @@ def test_episode_player_plays_episodes_with_their_turn_table(cfg, tmp_path):
     assert len(turns_contract.read(tmp_path / "turns.parquet")) == len(played.turns)
 
 
+@pytest.mark.fast
 def test_a_rollout_kind_that_cannot_play_the_task_is_refused_by_name():
     agentic = tasks.load("agentic")
     with pytest.raises(rollouts.RolloutError, match=r"rollout=vllm plays \['single_turn'\].*needs multi_turn"):
@@ -85,6 +102,7 @@ def test_a_rollout_kind_that_cannot_play_the_task_is_refused_by_name():
         rollouts.check_supported("no_such_engine", agentic)
 
 
+@pytest.mark.fast
 def test_a_registered_player_is_found_by_its_rollout_name(cfg, task, splits):
     class Scripted:
         """Answers every prompt with its ground truth (a stand-in engine from a plug-in package)."""

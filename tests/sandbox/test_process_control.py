@@ -21,8 +21,6 @@ import pytest
 from evotrainer.sandbox import isolation
 from evotrainer.sandbox.runner import run_isolated
 
-pytestmark = pytest.mark.fast
-
 # the trusted side: runs the hostile harness with the real runner / reward worker under process isolation,
 # then reports the label and what became of itself (alive, niceness, CPUs, CPU rlimit)
 DRIVER = r"""
@@ -90,10 +88,17 @@ def drive(harness: Path, how: str, task: str) -> tuple[subprocess.CompletedProce
     return result, (json.loads(lines[-1]) if result.returncode == 0 and lines else None)
 
 
+ROUTES = {"run_tasks-reward": ("runner", "score"), "run_tasks-curriculum": ("runner", "weights"),
+          "RewardWorker": ("worker", "score")}
+# The fast tier: every attack through the reward worker and the kill through each run_tasks route (each case
+# starts a Python process, ~1-2 s); the other eight cases run in tier 2.
+ROUTE_CASES = [pytest.param(how, task, attack, id=f"{route}-{attack}",
+                            marks=[pytest.mark.fast] if route == "RewardWorker" or attack == "pidfd-kill-parent" else [])
+               for route, (how, task) in ROUTES.items() for attack in sorted(ATTACKS)]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfds, prlimit and seccomp are Linux's")
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
-@pytest.mark.parametrize(("how", "task"), [("runner", "score"), ("runner", "weights"), ("worker", "score")],
-                         ids=["run_tasks-reward", "run_tasks-curriculum", "RewardWorker"])
+@pytest.mark.parametrize(("how", "task", "attack"), ROUTE_CASES)
 def test_harness_code_cannot_kill_or_limit_its_parent(harness, attack, how, task):
     if len(os.sched_getaffinity(0)) < 2 and attack == "pin-parent":
         pytest.skip("one CPU: pinning the parent changes nothing to observe")
@@ -151,6 +156,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("mode", ["process", "os"])
 def test_seccomp_refuses_process_control_of_others_and_unix_connect(tmp_path, mode):
     if isolation.seccomp_program() is None:
@@ -215,6 +221,7 @@ def run_bpf(program: bytes, arch: int, nr: int, args: tuple[int, ...] = ()) -> i
         pc += 1
 
 
+@pytest.mark.fast
 def test_the_aarch64_filter_checks_its_arch_and_refuses_by_asm_generic_numbers():
     pid = 4242
     program = isolation.seccomp_program(arch="aarch64", pid=pid)
@@ -260,6 +267,7 @@ def test_the_aarch64_filter_checks_its_arch_and_refuses_by_asm_generic_numbers()
     assert run_bpf(x86, AUDIT_ARCH_X86_64, 0x40000000 + 1) == KILL  # the x32 ABI
 
 
+@pytest.mark.fast
 def test_elsewhere_no_filter_is_said_and_warned_once(caplog):
     assert isolation.seccomp_program(arch="riscv64") is None
     assert isolation.seccomp_arch("riscv64") is None and isolation.seccomp_arch("arm64") == "aarch64"

@@ -14,11 +14,12 @@ from evotrainer.contracts.harness import DEFAULT_HARNESS, load_module
 from evotrainer.sandbox import isolation
 from evotrainer.sandbox.runner import Limits, SandboxError, run_tasks
 
-pytestmark = pytest.mark.fast
-
 ROWS = pd.DataFrame({"data_source": "arithmetic", "response": ["12", "-3", "x", "7"], "ground_truth": ["12", "3", "1", "7"],
                      "prompt_id": ["a", "b", "c", "d"], "level": [0, 1, 1, 2]})
 MODES = ["process"] + (["os"] if isolation.detect().available else [])
+# The misbehaving rewards in the fast tier through the process layer, which every machine has; through the OS
+# sandbox in tier 2 (test_os_sandbox.py keeps the OS sandbox's own fast tests).
+MISBEHAVING_MODES = [pytest.param(mode, marks=[pytest.mark.fast] if mode == "process" else []) for mode in MODES]
 
 
 def with_reward(harness, body: str):
@@ -28,6 +29,7 @@ def with_reward(harness, body: str):
     return harness
 
 
+@pytest.mark.fast
 def test_sandboxed_scores_match_in_process_scores():
     out = run_tasks(DEFAULT_HARNESS, ["score"], {"rows": ROWS})["scores"]
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
@@ -50,7 +52,7 @@ def test_sandboxed_scores_match_in_process_scores():
     ],
     ids=["hang", "write-outside", "delete-outside", "network", "subprocess", "memory", "exception", "file-size"],
 )
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MISBEHAVING_MODES)
 def test_misbehaving_reward_fails_with_its_label(harness, body, label, limits, mode):
     with pytest.raises(SandboxError) as err:
         run_tasks(with_reward(harness, body), ["score"], {"rows": ROWS}, limits, isolation=mode)
@@ -58,11 +60,13 @@ def test_misbehaving_reward_fails_with_its_label(harness, body, label, limits, m
     assert not os.path.exists("/tmp/evotrainer-escape.txt")
 
 
+@pytest.mark.fast
 def test_writes_inside_the_sandbox_directory_are_allowed(harness):
     out = run_tasks(with_reward(harness, "open('scratch.txt', 'w').write(solution_str)\nreturn 0.5"), ["score"], {"rows": ROWS})
     assert out["scores"]["score"].eq(0.5).all()
 
 
+@pytest.mark.fast
 def test_curriculum_and_diagnostics_run_sandboxed(splits):
     pool = splits["train"].iloc[:100]
     out = run_tasks(DEFAULT_HARNESS, ["weights"], {"pool": pool})
@@ -96,6 +100,7 @@ AUDITED = {
 }
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("attack", sorted(AUDITED))
 def test_audit_hook_refuses_truncate_chmod_symlink_kill_ctypes_sendto(harness, victims, attack, mode):
@@ -114,6 +119,7 @@ def test_audit_hook_refuses_truncate_chmod_symlink_kill_ctypes_sendto(harness, v
         victims["udp"].recv(10)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("value", [".nan", ".NaN", ".inf", "-.inf", "nan", "inf", "'1e-4x'", "[1]", "{a: 1}", "null"])
 def test_recipe_nan_inf_and_non_numbers_are_schema_violations(harness, value):
     from evotrainer.contracts.harness import HarnessError, load_recipe
