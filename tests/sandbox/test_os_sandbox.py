@@ -1,5 +1,5 @@
-"""The OS sandbox (evotrainer.sandbox.isolation) and the sandboxed reward worker: each claim of the README's
-security section has a test here (named in docs/sandbox.md). Under ~60 s."""
+"""The OS sandbox (evotrainer.sandbox.isolation) and the sandboxed reward worker: each claim of
+docs/sandbox.md has a test here (named there). Under ~60 s."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Each domain's quick experiment through the real `snakemake` CLI, reduced to one short generation (the
-full quick experiments are in the README with their timings): the code task with the tiny policy, and a
+full quick experiments and their timings are in docs/measurements.md): the code task with the tiny policy, and a
 reasoning-gym task with `policy=hf`: a Qwen2-architecture chat model with a byte-level BPE tokenizer, built in
 the test and saved as an ordinary Hugging Face directory (tests/hf_fixtures.py), loaded from `policy.path`."""
 

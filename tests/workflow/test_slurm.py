@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.slurm,
     pytest.mark.e2e,  # the real snakemake CLI, through sbatch
     pytest.mark.skipif(os.environ.get("EVOTRAINER_SKIP_SLURM") == "1",
-                       reason="EVOTRAINER_SKIP_SLURM=1: no local SLURM on this machine (see README)"),
+                       reason="EVOTRAINER_SKIP_SLURM=1: no local SLURM on this machine (see docs/cluster.md)"),
 ]
 
 
