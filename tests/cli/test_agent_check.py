@@ -14,8 +14,6 @@ from evotrainer.cli.agent_check import LABELS
 from evotrainer.cli.main import AGENT_CHECK, main
 from tests.llm_server import HttpError, ScriptedLLM, Silent, Turn
 
-pytestmark = pytest.mark.fast
-
 KEY = "sk-ant-CHECK-7d3f-never-print-me"
 NAMES = ["claude", "openai"]
 JSON_KEYS = {"agent", "needs_endpoint", "sdk", "sdk_version", "model", "endpoint", "api_key_env", "key_set",
@@ -59,7 +57,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("name", NAMES)
+# claude in the fast tier, openai in tier 2 (each ~3 s on 2 cores)
+@pytest.mark.parametrize("name", [pytest.param("claude", marks=pytest.mark.fast), "openai"])
 def test_a_working_endpoint_answers_one_minimal_call(name, capsys):
     with ScriptedLLM([Turn(text="ok")]) as server:
         status, result, _ = check(capsys, *overrides(name, server.url))
@@ -80,11 +79,17 @@ def test_a_working_endpoint_answers_one_minimal_call(name, capsys):
     assert f"endpoint: {server.url}" in out and "is set" in out
 
 
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("error", "label"), [
-    (HttpError(401, "authentication_error", "invalid x-api-key"), "auth_failed"),
-    (HttpError(404, "not_found_error", "model: no-such-model"), "model_not_found"),
-], ids=["401", "404"])
+AUTH_FAILED = (HttpError(401, "authentication_error", "invalid x-api-key"), "auth_failed")
+MODEL_NOT_FOUND = (HttpError(404, "not_found_error", "model: no-such-model"), "model_not_found")
+
+
+# each label and each SDK once in the fast tier, the other two cases in tier 2 (each ~3 s on 2 cores)
+@pytest.mark.parametrize(("name", "error", "label"), [
+    pytest.param("claude", *AUTH_FAILED, id="401-claude", marks=pytest.mark.fast),
+    pytest.param("claude", *MODEL_NOT_FOUND, id="404-claude"),
+    pytest.param("openai", *AUTH_FAILED, id="401-openai"),
+    pytest.param("openai", *MODEL_NOT_FOUND, id="404-openai", marks=pytest.mark.fast),
+])
 def test_a_refused_key_or_an_unknown_model_is_a_labelled_error(name, error, label, capsys):
     with ScriptedLLM([error]) as server:
         status, result, _ = check(capsys, *overrides(name, server.url))
@@ -98,6 +103,7 @@ def test_a_refused_key_or_an_unknown_model_is_a_labelled_error(name, error, labe
     assert status == 1 and f"agent check failed [{label}]: HTTP {error.status}" in out
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", NAMES)
 def test_a_refused_connection_is_a_labelled_error(name, capsys):
     status, result, _ = check(capsys, *overrides(name, f"http://127.0.0.1:{free_port()}"))
@@ -105,12 +111,14 @@ def test_a_refused_connection_is_a_labelled_error(name, capsys):
     assert "cannot reach http://127.0.0.1:" in result["message"]
 
 
+@pytest.mark.fast
 def test_a_silent_server_times_out_at_the_timeout_asked(capsys):
     with ScriptedLLM([Silent(30)]) as server:
         status, result, _ = check(capsys, *overrides("claude", server.url), "--timeout", "1")
     assert status == 1 and result["error"] == "timeout" and result["timeout_s"] == 1.0
 
 
+@pytest.mark.fast
 def test_the_configs_timeouts_cap_the_checks(capsys):
     status, result, _ = check(capsys, "agent=claude", "agent.timeout_s=3", "--offline")
     assert status == 0 and result["timeout_s"] == 3.0
@@ -118,6 +126,7 @@ def test_the_configs_timeouts_cap_the_checks(capsys):
     assert result["timeout_s"] == 2.0
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", NAMES)
 def test_offline_reports_the_agent_and_makes_no_call(name, capsys):
     with ScriptedLLM([]) as server:
@@ -127,11 +136,13 @@ def test_offline_reports_the_agent_and_makes_no_call(name, capsys):
     assert result["model"] == ("claude-sonnet-5-5" if name == "claude" else "scripted-model")
 
 
+@pytest.mark.fast
 def test_the_default_endpoint_is_the_sdks(capsys):
     status, out = text(capsys, "agent=claude", "--offline")
     assert status == 0 and "endpoint: https://api.anthropic.com" in out and "call: skipped (--offline)" in out
 
 
+@pytest.mark.fast
 def test_a_missing_key_fails_before_any_call(monkeypatch, capsys):
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with ScriptedLLM([Turn(text="ok")]) as server:
@@ -143,6 +154,7 @@ def test_a_missing_key_fails_before_any_call(monkeypatch, capsys):
     assert text(capsys, "agent=claude", "--offline")[0] == 1  # --offline reports it too
 
 
+@pytest.mark.fast
 def test_a_local_openai_server_needs_no_key(monkeypatch, capsys):
     monkeypatch.delenv("TEST_OPENAI_KEY")
     with ScriptedLLM([Turn(text="ok")]) as server:
@@ -152,6 +164,7 @@ def test_a_local_openai_server_needs_no_key(monkeypatch, capsys):
     assert status == 0 and result["key_set"] is False and result["key_required"] is False
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", ["heuristic", "tpe"])
 def test_offline_agents_need_no_endpoint(name, capsys):
     status, out = text(capsys, f"agent={name}")
@@ -160,6 +173,7 @@ def test_offline_agents_need_no_endpoint(name, capsys):
     assert result["needs_endpoint"] is False and result["call"] == "not_needed" and result["ok"] is True
 
 
+@pytest.mark.fast
 def test_a_config_error_or_an_unknown_action_exits_2(capsys):
     assert main(["agent", "check", "agent=openai"]) == 2  # agent.model is required
     assert "agent.model" in capsys.readouterr().err

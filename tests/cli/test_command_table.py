@@ -12,13 +12,12 @@ import pytest
 from evotrainer.cli.main import COMMANDS, STAGES, Command, Option, main, package_version, parser
 from evotrainer.loading import load_object
 
-pytestmark = pytest.mark.fast
-
 
 def _destinations(command: Command) -> set[str]:
     return {option.dest for option in command.parsed_options()}
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", sorted(STAGES) + [f"cmd:{n}" for n in sorted(COMMANDS)])
 def test_every_command_matches_the_signature_it_calls(name):
     command = COMMANDS[name[4:]] if name.startswith("cmd:") else STAGES[name]
@@ -31,18 +30,21 @@ def test_every_command_matches_the_signature_it_calls(name):
     assert required <= given, f"{name}: required parameters {sorted(required - given)} have no option"
 
 
+@pytest.mark.fast
 def test_a_missing_required_option_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         parser().parse_args(["stage", "replay", "--config", "c.yaml"])
     assert "--prompts" in capsys.readouterr().err
 
 
+@pytest.mark.fast
 def test_tasks_command_lists_the_builtin_tasks(capsys):
     assert main(["tasks"]) == 0
     listed = capsys.readouterr().out
     assert all(name in listed for name in ("arithmetic", "math", "reasoning_gym", "code", "agentic"))
 
 
+# tier 2: `evotrainer list` in a subprocess imports every plug-in (~10 s on 2 cores)
 def test_a_listing_piped_into_head_ends_quietly():
     """`evotrainer list | head -1`: the reader leaves early; no BrokenPipeError traceback, exit 0."""
     import subprocess
@@ -71,10 +73,12 @@ def _undocumented(top: argparse.ArgumentParser, path: str = "evotrainer") -> lis
     return missing
 
 
+@pytest.mark.fast
 def test_every_subcommand_and_argument_has_help():
     assert _undocumented(parser()) == []
 
 
+@pytest.mark.fast
 def test_the_walk_finds_a_command_or_argument_without_help():
     top = argparse.ArgumentParser()
     sub = top.add_subparsers(help="commands")
@@ -83,6 +87,7 @@ def test_the_walk_finds_a_command_or_argument_without_help():
     assert _undocumented(top) == ["evotrainer bare (the command itself)", "evotrainer bare --undocumented"]
 
 
+@pytest.mark.fast
 def test_version_prints_the_installed_version(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
@@ -93,6 +98,7 @@ def test_version_prints_the_installed_version(capsys):
     assert package_version() == metadata.version("evotrainer")
 
 
+@pytest.mark.fast
 def test_version_falls_back_to_the_package_attribute(monkeypatch):
     from importlib import metadata
 
@@ -110,6 +116,7 @@ RUN_COMMANDS = {"status": ["RUN"], "show": ["RUN"], "lineage": ["RUN"], "report"
                 "revise": ["RUN"], "abort": ["RUN"], "compare": ["RUN_A", "RUN_B"], "diff-runs": ["RUN_A", "RUN_B"]}
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", sorted(RUN_COMMANDS))
 def test_every_run_command_takes_its_run_the_same_way(name):
     options = COMMANDS[name].parsed_options()
@@ -121,6 +128,7 @@ def test_every_run_command_takes_its_run_the_same_way(name):
     assert params["results_dir"].default == "results"
 
 
+@pytest.mark.fast
 def test_no_other_command_takes_a_results_folder():
     """A run command missing from RUN_COMMANDS would escape the test above."""
     assert {n for n, c in COMMANDS.items() if any(o.name == "results-dir" for o in c.parsed_options())} == set(RUN_COMMANDS)

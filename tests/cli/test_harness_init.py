@@ -67,7 +67,7 @@ def test_a_harness_planted_under_the_predictable_temp_name_is_replaced(tmp_path)
     assert again == made and (again / "reward.py").read_bytes() == honest
 
 
-@pytest.mark.fast
+# tier 2: `evotrainer harness init` in a subprocess (~20 s on a loaded 2-core machine)
 def test_policy_hf_starts_from_the_models_recipe_under_the_command_lines(tmp_path):
     """policy=hf sets a pretrained model's recipe over the task's built-in harness; harness.recipe wins over
     it; a harness of the user's own is taken as written (the model's recipe never silently edits it)."""

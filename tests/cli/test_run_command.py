@@ -117,7 +117,7 @@ def test_run_splits_overrides_from_snakemake_args_and_returns_its_status(tmp_pat
     assert "in this directory" in capsys.readouterr().err
 
 
-@pytest.mark.fast
+# tier 2: two `evotrainer run` subprocesses (~10 s); the status passing through run_cli is fast above
 def test_run_forwards_snakemakes_exit_status(tmp_path):
     """The real subprocess: `-- --version` exits 0 with snakemake's version, an unknown option with argparse's 2."""
     import snakemake

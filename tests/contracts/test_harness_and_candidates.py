@@ -135,7 +135,7 @@ def test_hostile_recipe_values_fail_fast_with_a_short_message(harness, value, la
     assert len(str(err.value)) < 1000 and time.monotonic() - started < 10
 
 
-@pytest.mark.fast
+# tier 2: three sandboxed import probes (~4 s on 2 cores)
 def test_the_backtest_does_not_repeat_the_import_probe_of_the_harness_propose_validated(harness, tmp_path):
     diff = recipe_diff(harness, "dynamic_sampling: false", "dynamic_sampling: true")
     validation = validate(harness, diff)

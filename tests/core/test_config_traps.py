@@ -16,13 +16,12 @@ from evotrainer.config import ConfigError, compose, overrides_from_snakemake, to
 from evotrainer.preflight import preflight_problems
 from evotrainer.provenance import ConfigChanged, check_run_config, record_run_config, stable_interpreter
 
-pytestmark = pytest.mark.fast
-
 REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 # --- unknown names, keys and values ---------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_a_misspelled_experiment_fails_naming_the_options_and_the_closest():
     with pytest.raises(ConfigError) as err:
         compose(["experiment=quik"])
@@ -31,6 +30,7 @@ def test_a_misspelled_experiment_fails_naming_the_options_and_the_closest():
     assert "Config search path" not in message and "\n" not in message
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("group", "typo", "closest"), [("task", "arithmetik", "arithmetic"), ("agent", "claud", "claude"),
                                                          ("policy", "tinny", "tiny")])
 def test_a_misspelled_group_option_names_the_closest(group, typo, closest):
@@ -38,6 +38,7 @@ def test_a_misspelled_group_option_names_the_closest(group, typo, closest):
         compose([f"{group}={typo}"])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("prefix", ["", "+", "++"])
 def test_an_unknown_key_names_the_closest_key_and_never_suggests_plus(prefix):
     with pytest.raises(ConfigError) as err:
@@ -47,11 +48,13 @@ def test_an_unknown_key_names_the_closest_key_and_never_suggests_plus(prefix):
     assert "+search" not in message and "\n" not in message
 
 
+@pytest.mark.fast
 def test_an_unknown_top_level_key_names_the_closest():
     with pytest.raises(ConfigError, match=r"'sead'.*did you mean 'seed'"):
         compose(["sead=3"])
 
 
+@pytest.mark.fast
 def test_a_known_key_absent_from_its_yaml_needs_no_plus():
     """agent.model is a field of the schema but not in conf/agent/heuristic.yaml: Hydra alone wants '+'."""
     cfg = compose(["agent.model=some-model", "task=code", "task.options.workers=2"])
@@ -59,11 +62,13 @@ def test_a_known_key_absent_from_its_yaml_needs_no_plus():
     assert compose(["+agent.model=m"]).agent.model == "m"  # the '+' form a user may still write works too
 
 
+@pytest.mark.fast
 def test_a_misspelled_value_names_the_closest_allowed_one():
     with pytest.raises(ConfigError, match=r"'trainer.device' = 'cdua'.*did you mean 'cuda'"):
         compose(["trainer.device=cdua"])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("overrides", "message"), [
     (["task=code", "task.options.sorce=verl"], r"'task.options.sorce' is not an option of task=code.*did you mean 'source'"),
     (["task.sizes.trian=5"], r"'task.sizes.trian' is not a split.*did you mean 'train'"),
@@ -75,6 +80,7 @@ def test_typos_inside_the_task_group_name_the_closest(overrides, message):
         compose(overrides)
 
 
+@pytest.mark.fast
 def test_an_unknown_key_inside_an_experiment_file_names_the_closest(tmp_path):
     conf = tmp_path / "conf"
     shutil.copytree(REPO_CONF, conf)
@@ -85,6 +91,7 @@ def test_an_unknown_key_inside_an_experiment_file_names_the_closest(tmp_path):
 
 # --- Snakemake's config entries ---------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_nested_snakemake_config_becomes_dotted_overrides():
     """--configfile exp.yaml (nested mappings) and --config 'search={generations: 5}' (YAML values)."""
     entries = {"experiment": "quick", "search": {"generations": "5", "backtest_budget": {"min_s": 10}},
@@ -97,11 +104,13 @@ def test_nested_snakemake_config_becomes_dotted_overrides():
     assert list(cfg.trainer.verl.overrides) == ["a=1", "b=2"]
 
 
+@pytest.mark.fast
 def test_a_configfile_with_dotted_keys_works():
     cfg = compose(overrides_from_snakemake({"search.generations": 6, "agent.max_candidates": 2}))
     assert cfg.search.generations == 6 and cfg.agent.max_candidates == 2
 
 
+@pytest.mark.fast
 def test_values_hydra_would_misread_are_quoted():
     entries = {"task__data_dir": "/data/my math, v2 [final]", "run": "a=b", "agent__model": "it's"}
     overrides = overrides_from_snakemake(entries)
@@ -113,6 +122,7 @@ def test_values_hydra_would_misread_are_quoted():
 
 # --- which conf/ ------------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_compose_reads_the_conf_folder_it_is_given(tmp_path):
     conf = tmp_path / "conf"
     shutil.copytree(REPO_CONF, conf)
@@ -122,11 +132,13 @@ def test_compose_reads_the_conf_folder_it_is_given(tmp_path):
     assert compose().search.generations == 3
 
 
+@pytest.mark.fast
 def test_a_missing_conf_folder_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match=r"no config.yaml"):
         compose(conf_dir=tmp_path / "nowhere")
 
 
+@pytest.mark.fast
 def test_user_config_folders_join_through_hydra_searchpath(tmp_path):
     mine = tmp_path / "myconf"
     (mine / "experiment").mkdir(parents=True)
@@ -139,6 +151,7 @@ def test_user_config_folders_join_through_hydra_searchpath(tmp_path):
 
 # --- paths and credentials, before any job ----------------------------------------------------------------
 
+@pytest.mark.fast
 def test_missing_paths_and_keys_are_named_before_any_job(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     cfg = compose(["task=math", f"task.data_dir={tmp_path}/no-data", "policy=hf", f"policy.path={tmp_path}/no-model",
@@ -152,6 +165,7 @@ def test_missing_paths_and_keys_are_named_before_any_job(tmp_path, monkeypatch):
     assert all("\n" not in p for p in problems)
 
 
+@pytest.mark.fast
 def test_a_model_folder_without_tokenizer_or_weights_is_named(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
@@ -160,6 +174,7 @@ def test_a_model_folder_without_tokenizer_or_weights_is_named(tmp_path):
     assert any("no tokenizer" in p for p in problems) and any("no model weights" in p for p in problems)
 
 
+@pytest.mark.fast
 def test_a_real_model_folder_passes(tmp_path):
     from tests.hf_fixtures import build_qwen2_dir
 
@@ -167,6 +182,7 @@ def test_a_real_model_folder_passes(tmp_path):
     assert preflight_problems(compose(["policy=hf", f"policy.path={model}"])) == []
 
 
+@pytest.mark.fast
 def test_a_data_dir_without_its_files_is_named(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.parquet").write_bytes(b"")
@@ -176,12 +192,14 @@ def test_a_data_dir_without_its_files_is_named(tmp_path):
     assert preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"])) == []
 
 
+@pytest.mark.fast
 def test_a_complete_setup_has_no_problems(tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     assert preflight_problems(compose(["agent=claude"])) == []
     assert preflight_problems(compose()) == []
 
 
+@pytest.mark.fast
 def test_an_openai_compatible_local_server_needs_no_key(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = compose(["agent=openai", "agent.model=m", "agent.base_url=http://127.0.0.1:9/v1"])
@@ -189,6 +207,7 @@ def test_an_openai_compatible_local_server_needs_no_key(monkeypatch):
     assert any("OPENAI_API_KEY" in p for p in preflight_problems(compose(["agent=openai", "agent.model=m"])))
 
 
+@pytest.mark.fast
 def test_an_unwritable_results_dir_is_named(tmp_path):
     (tmp_path / "a-file").write_text("")
     assert any("results_dir" in p for p in preflight_problems(compose([f"results_dir={tmp_path}/a-file/results"])))
@@ -214,6 +233,7 @@ def _run_with_outputs(tmp_path, cfg):
     return root
 
 
+@pytest.mark.fast
 def test_a_changed_config_under_a_run_with_outputs_names_the_keys(tmp_path):
     root = _run_with_outputs(tmp_path, compose())
     with pytest.raises(ConfigChanged) as err:
@@ -224,6 +244,7 @@ def test_a_changed_config_under_a_run_with_outputs_names_the_keys(tmp_path):
     assert yaml.safe_load((root / "config.yaml").read_text())["search"]["steps_per_generation"] == 200
 
 
+@pytest.mark.fast
 def test_extending_generations_and_operational_keys_are_allowed_and_recorded(tmp_path):
     root = _run_with_outputs(tmp_path, compose())
     new = compose(["search.generations=5", "trainer.threads=2", "approvals.after_select=true"])
@@ -234,6 +255,7 @@ def test_extending_generations_and_operational_keys_are_allowed_and_recorded(tmp
     assert len(history) == 1 and "search.generations" in history[0]
 
 
+@pytest.mark.fast
 def test_a_run_without_outputs_takes_the_new_config(tmp_path):
     root = tmp_path / "results" / "default"
     root.mkdir(parents=True)
@@ -243,6 +265,7 @@ def test_a_run_without_outputs_takes_the_new_config(tmp_path):
     check_run_config(root, compose(["search.steps_per_generation=100"]))  # nothing to contradict
 
 
+@pytest.mark.fast
 def test_a_config_saved_by_an_older_version_compares_by_value(tmp_path):
     """A key added since (absent from the saved file) equal to its default is no change."""
     root = _run_with_outputs(tmp_path, compose())
@@ -252,6 +275,7 @@ def test_a_config_saved_by_an_older_version_compares_by_value(tmp_path):
     check_run_config(root, compose())
 
 
+@pytest.mark.fast
 def test_the_unchanged_config_is_not_rewritten(tmp_path):
     root = _run_with_outputs(tmp_path, compose())
     before = (root / "config.yaml").stat().st_mtime_ns
@@ -260,6 +284,7 @@ def test_the_unchanged_config_is_not_rewritten(tmp_path):
     assert (root / "config.yaml").read_text() == to_yaml(compose())
 
 
+# tier 2: two `evotrainer config` subprocesses (~5 s on 2 cores)
 def test_evotrainer_config_reads_the_workflow_in_the_current_folder_and_names_missing_paths(tmp_path):
     import subprocess
     import sys
@@ -279,6 +304,7 @@ def test_evotrainer_config_reads_the_workflow_in_the_current_folder_and_names_mi
     assert missing.returncode == 2 and "config: task.data_dir=" in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", ["a+b", "a/b", "../x", "my run", ".hidden", "x" * 101])
 def test_a_run_name_that_is_no_plain_folder_name_is_refused(name):
     """A run name is a folder, a wildcard value (a regex) and a word in shell commands."""
@@ -286,6 +312,7 @@ def test_a_run_name_that_is_no_plain_folder_name_is_refused(name):
         compose([f"run='{name}'"])
 
 
+@pytest.mark.fast
 def test_a_results_dir_the_rules_cannot_pass_to_a_shell_is_refused():
     with pytest.raises(ConfigError, match=r"'results_dir' = '/data/My Drive/r'.*shell"):
         compose(["results_dir='/data/My Drive/r'"])
@@ -315,6 +342,7 @@ def test_a_key_removed_from_the_schema_since_a_run_was_saved_is_no_change():
     assert changed_keys(saved, compose(["search.min_gain=0.05"])) == {"search.min_gain": (0.0, 0.05)}
 
 
+@pytest.mark.fast
 def test_the_rule_command_names_the_interpreter_the_same_whichever_name_started_it(tmp_path):
     real = tmp_path / "real-python"
     real.write_text("")

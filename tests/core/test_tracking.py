@@ -18,8 +18,6 @@ from evotrainer.backends.verl.overrides import RewardShim, VerlJob, build_overri
 from evotrainer.contracts.harness import DEFAULT_HARNESS, load_recipe
 from evotrainer.layout import generation_dir
 
-pytestmark = pytest.mark.fast
-
 TAGS = {"run": "r1", "generation": 0, "candidate": "c1", "arm": "evolved", "stage": "train", "seed": 0}
 STEPS = {0: {"train/loss": 0.5, "train/reward_mean": 0.25}, 1: {"train/loss": 0.25, "train/reward_mean": 0.5},
          2: {"train/loss": 0.125, "train/reward_mean": 0.75}}
@@ -36,6 +34,7 @@ def _log_steps(spec: tracking.Spec) -> None:
             tracker.log(metrics, step=step)
 
 
+@pytest.mark.fast
 def test_an_unknown_logger_is_one_line_naming_the_allowed_ones():
     assert tracking.check_loggers(["console", "jsonl", "tensorboard", "wandb", "mlflow"]) is None
     problem = tracking.check_loggers(["console", "tensorbord"])
@@ -44,6 +43,7 @@ def test_an_unknown_logger_is_one_line_naming_the_allowed_ones():
     assert "must be a list" in tracking.check_loggers("tensorboard")
 
 
+@pytest.mark.fast
 def test_a_missing_library_is_one_line_naming_the_pip_extra(monkeypatch):
     assert tracking.missing_libraries(["console", "jsonl", "tensorboard", "wandb", "mlflow"]) == []
     # a module that is not installed anywhere, found (not) by the real import machinery
@@ -56,6 +56,7 @@ def test_a_missing_library_is_one_line_naming_the_pip_extra(monkeypatch):
     tracking.require(["console", "jsonl"])  # loggers without a library never fail
 
 
+@pytest.mark.fast
 def test_tensorboard_event_files_hold_each_scalar_at_its_step(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -70,6 +71,7 @@ def test_tensorboard_event_files_hold_each_scalar_at_its_step(tmp_path):
         assert [(e.step, e.value) for e in events.Scalars(key)] == [(s, pytest.approx(m[key])) for s, m in STEPS.items()]
 
 
+@pytest.mark.fast
 def test_mlflow_local_store_holds_one_run_per_job_with_its_tags_and_metrics(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -114,6 +116,7 @@ def _wandb_records(path: Path) -> list:
     return records
 
 
+# tier 2: importing wandb alone takes seconds; the other loggers stay in the fast tier
 def test_wandb_offline_writes_its_run_folder_with_the_tags_and_each_step(tmp_path):
     _log_steps(_spec(tmp_path, "wandb"))
     folder = tmp_path / "results" / "r1" / "tracking" / "wandb" / "evolved" / generation_dir(0) / "c1" / "train"
@@ -132,6 +135,7 @@ def test_wandb_offline_writes_its_run_folder_with_the_tags_and_each_step(tmp_pat
     assert [(h["_step"], h["train/loss"]) for h in history] == [(s, m["train/loss"]) for s, m in STEPS.items()]
 
 
+@pytest.mark.fast
 def test_jsonl_lines_hold_the_tags_the_step_and_the_numeric_metrics(tmp_path):
     spec = _spec(tmp_path, "jsonl", seed=1)
     with tracking.Tracker(spec) as tracker:
@@ -145,6 +149,7 @@ def test_jsonl_lines_hold_the_tags_the_step_and_the_numeric_metrics(tmp_path):
     assert lines[1]["metrics"] == STEPS[1] and math.isfinite(lines[1]["time"])
 
 
+@pytest.mark.fast
 def test_console_prints_one_line_per_step_on_stderr(tmp_path, capsys):
     _log_steps(_spec(tmp_path, "console"))
     lines = capsys.readouterr().err.splitlines()
@@ -152,6 +157,7 @@ def test_console_prints_one_line_per_step_on_stderr(tmp_path, capsys):
                      f"train/reward_mean={m['train/reward_mean']:.4g}" for s, m in STEPS.items()]
 
 
+@pytest.mark.fast
 def test_a_failing_logger_warns_once_and_the_others_go_on(tmp_path, caplog):
     spec = _spec(tmp_path, "jsonl", "tensorboard", "mlflow")
     Path(spec.root).mkdir(parents=True)
@@ -172,6 +178,7 @@ def test_a_failing_logger_warns_once_and_the_others_go_on(tmp_path, caplog):
     assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
 
 
+@pytest.mark.fast
 def test_a_rerun_replaces_the_jobs_curves(tmp_path):
     spec = _spec(tmp_path, "jsonl", "tensorboard", stage="backtest")
     _log_steps(spec)
@@ -180,6 +187,7 @@ def test_a_rerun_replaces_the_jobs_curves(tmp_path):
     assert not spec.folder("tensorboard").exists() and not spec.folder("jsonl").exists()
 
 
+@pytest.mark.fast
 def test_the_job_folders_name_the_arm_generation_candidate_and_seed(tmp_path):
     assert _spec(tmp_path).key == "evolved/gen0/c1"
     assert _spec(tmp_path, seed=2).key == "evolved/gen0/c1/seed2"
@@ -205,6 +213,7 @@ def _overrides(job: VerlJob) -> dict[str, str]:
     return dict(o.split("=", 1) for o in build_overrides(load_recipe(DEFAULT_HARNESS), job))
 
 
+@pytest.mark.fast
 def test_verl_gets_the_users_loggers_its_file_logger_and_where_each_writes(tmp_path):
     spec = _spec(tmp_path, "console", "jsonl", "tensorboard", "wandb", "mlflow", seed=1)
     got = _overrides(_verl_job(tmp_path, tracking=spec.as_dict(), chunk=2))

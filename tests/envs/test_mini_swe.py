@@ -24,8 +24,6 @@ from evotrainer.envs.mini_swe import (
 )
 from evotrainer.envs.mini_swe.templates import TEMPLATES
 
-pytestmark = pytest.mark.fast
-
 
 @pytest.fixture
 def env(tmp_path):
@@ -34,6 +32,7 @@ def env(tmp_path):
     env.close()
 
 
+@pytest.mark.fast
 def test_instances_are_seeded_and_carry_one_bug_that_a_visible_test_catches():
     first, again = generate(11, 1), generate(11, 1)
     assert first == again and first.fingerprint() == again.fingerprint()
@@ -49,6 +48,7 @@ def test_instances_are_seeded_and_carry_one_bug_that_a_visible_test_catches():
     assert all(len(t.mutations) >= 2 for t in TEMPLATES)
 
 
+@pytest.mark.fast
 def test_every_template_mutation_is_caught_by_some_input():
     from evotrainer.envs.mini_swe.repos import _mutate, _results
 
@@ -61,6 +61,7 @@ def test_every_template_mutation_is_caught_by_some_input():
                 template.entry, old)
 
 
+# tier 2: eight sandboxed episodes (~4 s on 2 cores)
 def test_expert_solves_and_random_policy_fails(env):
     solved = [envs.play(env, expert_actions(generate(seed, seed % 3)), seed=seed, options={"difficulty": seed % 3})
               for seed in range(4)]
@@ -74,6 +75,7 @@ def test_expert_solves_and_random_policy_fails(env):
     assert sum(random_rewards) == 0.0
 
 
+@pytest.mark.fast
 def test_policy_code_runs_sandboxed_without_host_writes_or_network(env, tmp_path):
     env.reset(seed=5)
     inst = instance_of(env)
@@ -89,6 +91,7 @@ def test_policy_code_runs_sandboxed_without_host_writes_or_network(env, tmp_path
     assert "OSError" in observation or "unreachable" in observation
 
 
+@pytest.mark.fast
 def test_file_tools_stay_inside_the_workspace(env):
     env.max_invalid = 10
     env.reset(seed=2)
@@ -100,6 +103,7 @@ def test_file_tools_stay_inside_the_workspace(env):
     assert info["invalid_action"]
 
 
+@pytest.mark.fast
 def test_test_output_names_files_as_the_model_does_not_by_the_episode_folder(env):
     """The episode's folder has a random name; an observation that showed it would make two runs of the same
     seed and policy play different episodes."""
@@ -110,6 +114,7 @@ def test_test_output_names_files_as_the_model_does_not_by_the_episode_folder(env
     assert str(env.episode_dir) not in observation and str(env.episode_dir.resolve()) not in observation
 
 
+@pytest.mark.fast
 def test_observations_are_truncated_to_the_configured_length(tmp_path):
     env = MiniSweEnv(difficulty=2, max_observation_chars=120, workdir_root=str(tmp_path))
     env.reset(seed=1)
@@ -124,6 +129,7 @@ def task_splits():
     return task, task.splits({"train": 40, "val": 8, "test": 8, "probe": 4}, seed=3)
 
 
+@pytest.mark.fast
 def test_agentic_splits_are_env_instances_with_sealed_test_instances(task_splits):
     task, splits = task_splits
     for name, frame in splits.items():
@@ -142,6 +148,7 @@ def test_agentic_splits_are_env_instances_with_sealed_test_instances(task_splits
     assert again["ground_truth"].tolist() == splits["test"]["ground_truth"].tolist()  # the test split alone
 
 
+@pytest.mark.fast
 def test_verify_replays_the_episode_record_and_labels_behaviour(task_splits):
     task, splits = task_splits
     row = splits["train"].iloc[0].to_dict()
@@ -162,6 +169,7 @@ def test_verify_replays_the_episode_record_and_labels_behaviour(task_splits):
     assert conversation[-1] == {"role": "assistant", "content": "<tool>submit</tool>"}
 
 
+@pytest.mark.fast
 def test_harness_reward_pays_solved_episodes_and_optional_turn_credit(tmp_path):
     harness = tasks.load("agentic").default_harness()
     reward = load_module(harness, "reward")
@@ -178,6 +186,7 @@ def test_harness_reward_pays_solved_episodes_and_optional_turn_credit(tmp_path):
     assert keys == [line.split(":")[0] for line in default.splitlines() if line and not line.startswith("#")]
 
 
+# tier 2: a sandboxed reward worker (~3 s); the harness reward's turn credit above stays fast
 def test_turn_credit_passes_through_the_sandboxed_reward_worker(tmp_path):
     """The worker is the reward's only home in the workflow: turn-level credit crosses it, checked in the
     trusted process; a reward returning unusable credit fails with reward_error."""
@@ -235,6 +244,7 @@ def _episodes_frame():
         "response": ["assistant: <tool>replace a.py 3\n        return x</tool>\n\nuser: ======== 1 passed"] * 4})
 
 
+@pytest.mark.fast
 def test_agentic_diagnostics_flag_loops_turn_limits_and_premature_submits():
     diagnostics = load_module(tasks.load("agentic").default_harness(), "diagnostics")
     evidence = _episodes_frame()
@@ -253,6 +263,7 @@ def test_agentic_diagnostics_flag_loops_turn_limits_and_premature_submits():
     assert "valid tool call" in found["format_violation_rate"]["message"]
 
 
+@pytest.mark.fast
 def test_task_gates_veto_rewards_that_pay_for_acting(tmp_path):
     task = tasks.load("agentic")
     rng = np.random.default_rng(0)
@@ -295,6 +306,7 @@ def _write_val(directory: Path, episodes, compute_score) -> None:
                   "turn_credit": [sum(o.get("turn_rewards") or []) for o in outs]}).to_parquet(directory / "val_rollouts.parquet")
 
 
+@pytest.mark.fast
 def test_task_gate_vetoes_turn_credit_that_pays_per_action(tmp_path):
     """A reward keeping its episode scores but paying every valid action through turn_rewards is vetoed by
     turn_credit_pays_for_actions; the harness's own credit (tested edits, loop and premature-submit
@@ -345,6 +357,7 @@ def _propose_for(finding: str):
     return harness, HeuristicAgent().propose(context, 1)[0]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("finding", "intervention", "line"), [
     ("loop_rate", "loop_penalty", "+LOOP_PENALTY = 0.2"),
     ("premature_submit_rate", "premature_submit_penalty", "+PREMATURE_SUBMIT_PENALTY = 0.5"),

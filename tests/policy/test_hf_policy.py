@@ -20,8 +20,6 @@ from evotrainer.policy.tiny import load_policy
 from evotrainer.tasks import load
 from tests import hf_fixtures
 
-pytestmark = pytest.mark.fast
-
 qwen2_dir = hf_fixtures.qwen2_dir  # the session fixture, used by name below
 
 
@@ -41,6 +39,7 @@ def arithmetic():
     return task, task.splits({"train": 400, "val": 40}, seed=3)
 
 
+@pytest.mark.fast
 def test_the_model_directory_reloads_with_auto_classes_and_has_no_bos(qwen2_dir):
     tok = AutoTokenizer.from_pretrained(qwen2_dir)
     model = AutoModelForCausalLM.from_pretrained(qwen2_dir)
@@ -54,6 +53,7 @@ def test_the_model_directory_reloads_with_auto_classes_and_has_no_bos(qwen2_dir)
     assert built(text, add_special_tokens=False)["input_ids"] == ids
 
 
+@pytest.mark.fast
 def test_chatml_prompts_render_without_bos(qwen2_dir):
     model, tok = load_policy(qwen2_dir)
     msgs = [{"role": "user", "content": "12+7="}]
@@ -64,6 +64,7 @@ def test_chatml_prompts_render_without_bos(qwen2_dir):
     assert encode_prompts(tok, render_prompts(tok, [msgs]), rendered=True)[0].tolist() == ids[:1, -mask[0].sum():].tolist()
 
 
+@pytest.mark.fast
 def test_sft_sequences_are_the_sampler_prompt_plus_response_tokens_and_eos(qwen2_dir, arithmetic):
     _, tok = load_policy(qwen2_dir)
     task, splits = arithmetic
@@ -79,6 +80,7 @@ def test_sft_sequences_are_the_sampler_prompt_plus_response_tokens_and_eos(qwen2
         assert tok.decode(supervised[:-1]) == rows["response"][i]
 
 
+# tier 2: SFT steps (~5 s on 2 cores); the micro-batched SFT test below stays fast
 def test_sft_on_the_qwen2_model_supervises_tokens_and_lowers_loss(qwen2_dir, arithmetic):
     model, tok = load_policy(qwen2_dir)
     task, splits = arithmetic
@@ -99,6 +101,7 @@ def test_sft_on_the_qwen2_model_supervises_tokens_and_lowers_loss(qwen2_dir, ari
     assert all("<|im_end|>" not in r and r.strip().lstrip("-").isdigit() for r in decode_responses(tok, s, eos))
 
 
+@pytest.mark.fast
 def test_micro_batched_sft_accumulates_the_full_batch_gradient(qwen2_dir, arithmetic):
     model, tok = load_policy(qwen2_dir)
     ids, mask, labels = encode_pairs(tok, sft_frame(arithmetic[0], arithmetic[1]["train"].iloc[:12]))
@@ -111,6 +114,7 @@ def test_micro_batched_sft_accumulates_the_full_batch_gradient(qwen2_dir, arithm
     assert torch.allclose(grads[0][1], grads[1][1], atol=1e-6)
 
 
+@pytest.mark.fast
 def test_the_sampler_stops_on_any_of_several_eos_ids(qwen2_dir):
     model, tok = load_policy(qwen2_dir)
     prompts = [[{"role": "user", "content": f"{a}+{a}="}] for a in range(1, 30, 4)]  # mixed lengths
@@ -121,6 +125,7 @@ def test_the_sampler_stops_on_any_of_several_eos_ids(qwen2_dir):
     assert s.finished.all() and (s.response_mask.sum(-1) == 1).all()
 
 
+@pytest.mark.fast
 def test_kv_cached_greedy_matches_generate_on_the_qwen2_model(qwen2_dir):
     model, tok = load_policy(qwen2_dir)
     prompts = [[{"role": "user", "content": "1" * n + "+2="}] for n in (1, 3, 6, 10)]  # left padding
@@ -144,6 +149,7 @@ def _sampled_batch(model, tok, group: int = 4) -> tuple[SimpleNamespace, np.ndar
     return SimpleNamespace(samples=s), rewards - rewards.mean()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 def test_grpo_micro_batches_give_the_full_batch_update(qwen2_dir, loss_agg):
     recipe = {"temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.05, "entropy_coef": 0.01,
@@ -162,6 +168,7 @@ def test_grpo_micro_batches_give_the_full_batch_update(qwen2_dir, loss_agg):
     assert torch.allclose(w_full, w_micro, atol=1e-6)
 
 
+@pytest.mark.fast
 def test_the_reference_model_is_loaded_only_when_needed(qwen2_dir):
     model, _ = load_policy(qwen2_dir)
     assert _reference_model(model, 0.0, "kl_only") is None
@@ -171,6 +178,7 @@ def test_the_reference_model_is_loaded_only_when_needed(qwen2_dir):
         _reference_model(model, 0.0, "sometimes")
 
 
+@pytest.mark.fast
 def test_policy_id_is_cheap_changes_on_save_and_survives_copies(qwen2_dir, tmp_path):
     from evotrainer.atomic import copy_tree
 
@@ -186,6 +194,7 @@ def test_policy_id_is_cheap_changes_on_save_and_survives_copies(qwen2_dir, tmp_p
     assert runtime.policy_id(first) != runtime.policy_id(tmp_path / "copy")
 
 
+@pytest.mark.fast
 def test_a_tokenizer_without_pad_or_template_still_encodes(qwen2_dir, tmp_path):
     tok = AutoTokenizer.from_pretrained(qwen2_dir)
     tok.pad_token, tok.chat_template = None, None

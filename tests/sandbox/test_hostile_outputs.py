@@ -23,9 +23,10 @@ from evotrainer.sandbox.reward_worker import RewardWorker
 from evotrainer.sandbox.runner import Limits, SandboxError, run_isolated, run_tasks
 from evotrainer.sandbox.scratch import remove_tree, scratch_dir
 
-pytestmark = pytest.mark.fast
-
 MODES = ["process"] + (["os"] if isolation.detect().available else [])
+# The fast tier runs the process case of the slower per-mode tests; the OS-sandbox case runs in tier 2
+# (tests/README.md: the fast tier stays under 3 minutes).
+PROCESS_FAST_MODES = [pytest.param(mode, marks=[pytest.mark.fast] if mode == "process" else []) for mode in MODES]
 ROWS = pd.DataFrame({"data_source": "arithmetic", "response": ["12", "x"], "ground_truth": ["12", "1"],
                      "prompt_id": ["a", "b"], "level": [0, 1]})
 DEPTH = 1500  # past the recursion limit (rmtree recurses once per level) and, as "dir/" x 1500, past PATH_MAX
@@ -66,6 +67,7 @@ def deep_reward(harness: Path) -> Path:
 # ------------------------------------------------------------------------------------- 1. cleanup never fails
 
 
+# tier 2 (each mode ~6 s on 2 cores): the deep scratch stays in the fast tier through the import check below
 @pytest.mark.parametrize("mode", MODES)
 def test_a_deep_scratch_does_not_fail_run_tasks(harness, private_tmp, mode):
     out = run_tasks(deep_reward(harness), ["score"], {"rows": ROWS}, isolation=mode)
@@ -73,12 +75,14 @@ def test_a_deep_scratch_does_not_fail_run_tasks(harness, private_tmp, mode):
     assert list(private_tmp.iterdir()) == []  # the whole chain was removed
 
 
+@pytest.mark.fast
 def test_a_deep_scratch_does_not_fail_the_import_check(harness, private_tmp):
     (harness / "curriculum.py").write_text(DEEP_CHAIN + "_deep_chain()\n" + (harness / "curriculum.py").read_text())
     check_harness(harness)  # module-level code ran (and built the chain) in the sandbox; the check passes
     assert list(private_tmp.iterdir()) == []
 
 
+# tier 2 (~3 s), like the run_tasks cases above
 def test_a_deep_scratch_does_not_fail_the_reward_worker(harness, private_tmp):
     rows = [{"data_source": "arithmetic", "solution_str": "1", "ground_truth": "1", "extra_info": {}}]
     with RewardWorker(deep_reward(harness)) as worker:
@@ -86,6 +90,7 @@ def test_a_deep_scratch_does_not_fail_the_reward_worker(harness, private_tmp):
     assert list(private_tmp.iterdir()) == []
 
 
+# tier 2 (~5 s); test_remove_tree_fixes_permissions_as_an_ordinary_user stays fast
 def test_remove_tree_handles_depth_links_and_permissions(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -114,6 +119,7 @@ def test_remove_tree_handles_depth_links_and_permissions(tmp_path):
     remove_tree(tmp_path / "does-not-exist")  # nothing there: nothing to do, no error
 
 
+@pytest.mark.fast
 def test_remove_tree_fixes_permissions_as_an_ordinary_user():
     """As a non-root owner (root ignores permissions): a directory without read, write or search permission."""
     if os.getuid() != 0:
@@ -137,6 +143,7 @@ def test_remove_tree_fixes_permissions_as_an_ordinary_user():
         remove_tree(base)
 
 
+@pytest.mark.fast
 def test_scratch_dir_is_removed_even_when_its_body_fails(private_tmp):
     with pytest.raises(KeyError), scratch_dir("evotrainer-x-") as path:
         (path / "f").write_text("x")
@@ -173,7 +180,7 @@ def evidence(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PROCESS_FAST_MODES)
 def test_a_pickled_weights_file_is_a_bad_output(harness, mode):
     body = ("atexit.register(lambda: np.save('out_weights.npy', np.array([{'a': 1}], dtype=object), "
             "allow_pickle=True))\nreturn np.ones(len(pool))")
@@ -182,6 +189,7 @@ def test_a_pickled_weights_file_is_a_bad_output(harness, mode):
     assert err.value.label == "sandbox_bad_output", str(err.value)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("name", "body"), [
     ("huge-int", f"f = dict({FINDING!r})\nf['value'] = 10**400\nreturn [f]"),
     ("nested-lists", LATE_WRITE.format(text="'[' * 100_000 + ']' * 100_000")),
@@ -198,6 +206,7 @@ def test_hostile_findings_files_are_bad_outputs(harness, evidence, name, body):
     assert len(str(err.value)) <= 10_000
 
 
+@pytest.mark.fast
 def test_non_finite_finding_values_reach_the_trusted_side_as_null(harness, evidence):
     body = f"f = dict({FINDING!r})\nf['value'] = float('nan')\nreturn [f]"
     out = run_tasks(with_diagnostics(harness, body), ["diagnose"], {"evidence": evidence, "recipe": {}})
@@ -222,6 +231,7 @@ HOSTILE_FINDINGS = {
 }
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", sorted(HOSTILE_FINDINGS))
 def test_check_findings_is_total(name):
     with pytest.raises(FindingsError) as err:
@@ -229,6 +239,7 @@ def test_check_findings_is_total(name):
     assert isinstance(err.value, ValueError) and isinstance(err.value, TypeError)
 
 
+@pytest.mark.fast
 def test_a_forged_reward_reply_is_a_bad_output(harness):
     """The reward writes its own reply on the protocol descriptor: a score of 10**400 (an OverflowError in
     np.asarray before), then a reply nested 100,000 deep."""
@@ -248,7 +259,7 @@ def test_a_forged_reward_reply_is_a_bad_output(harness):
 # ------------------------------------------------------------------------------- inputs under neutral names
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PROCESS_FAST_MODES)
 def test_inputs_given_by_path_appear_under_neutral_names(harness, tmp_path, evidence, mode):
     secret_dir = tmp_path / "results" / "run-secret-name" / "gen3" / "branch-bad"
     secret_dir.mkdir(parents=True)
@@ -275,6 +286,7 @@ def test_inputs_given_by_path_appear_under_neutral_names(harness, tmp_path, evid
 # ----------------------------------------------------------------------------------- the parser on its own
 
 
+@pytest.mark.fast
 def test_read_json_bounds(tmp_path):
     path = tmp_path / "o.json"
     cases = {"[" * 100 + "]" * 100: "deep", '{"a": 1e400}': "finite", '[NaN]': "finite", '[-Infinity]': "finite",
@@ -296,6 +308,7 @@ def test_read_json_bounds(tmp_path):
     assert err.value.label == "sandbox_violation"
 
 
+@pytest.mark.fast
 def test_read_array_and_read_frame_bounds(tmp_path):
     path = tmp_path / "w.npy"
     np.save(path, np.ones((2, 2)))
@@ -318,6 +331,7 @@ def test_read_array_and_read_frame_bounds(tmp_path):
         outputs.read_frame(frame, rows=3)
 
 
+@pytest.mark.fast
 def test_bounded_text_and_untrusted_block():
     text = "a" * 30_000 + "TAIL"
     cut = bounded_text(text, 1000)
@@ -339,7 +353,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PROCESS_FAST_MODES)
 def test_many_files_each_under_the_file_limit_fill_no_disk(harness, private_tmp, mode):
     """Four files of 200 MB passed every per-file limit; the scratch as a whole now has a budget."""
     (harness / "reward.py").write_text(MANY_FILES.format(count=6, mb=20, where="."))
@@ -349,6 +363,7 @@ def test_many_files_each_under_the_file_limit_fill_no_disk(harness, private_tmp,
     assert list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.fast
 @pytest.mark.skipif("os" not in MODES, reason="the OS sandbox is unavailable here")
 def test_the_private_tmp_of_an_os_sandbox_is_bounded(tmp_path):
     """/tmp inside the OS sandbox is a tmpfs (memory). Python harness code cannot write there (audit hook), but a
@@ -362,6 +377,7 @@ def test_the_private_tmp_of_an_os_sandbox_is_bounded(tmp_path):
     assert int(done.stdout.rsplit("size=", 1)[1]) <= isolation.TMP_MB * 2**20
 
 
+@pytest.mark.fast
 def test_reward_rows_without_extra_columns_give_one_record_per_row():
     """pandas 3.0 gives [] for ``frame[[]].to_dict("records")`` (3.1 one {} per row): the worker crashed on rows
     with only the fixed columns there (seen on the GPU machine's pandas 3.0.6)."""

@@ -25,8 +25,6 @@ from evotrainer.sandbox.candidate_check import check_harness
 from evotrainer.sandbox.reward_worker import RewardWorker
 from evotrainer.sandbox.runner import Limits, SandboxError, read_output, run_isolated, run_tasks
 
-pytestmark = pytest.mark.fast
-
 REPO = Path(__file__).resolve().parents[2]
 needs_os = pytest.mark.skipif(not isolation.detect().available, reason=f"no OS sandbox here: {isolation.detect().reason}")
 ROWS = [{"data_source": "arithmetic", "solution_str": s, "ground_truth": "12", "extra_info": {"level": 1}}
@@ -137,6 +135,7 @@ def _pending(call) -> bool:
         return False
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_hides_work_home_root_and_other_runs(probe):
     report = probe["report"]
@@ -148,6 +147,7 @@ def test_os_sandbox_hides_work_home_root_and_other_runs(probe):
     assert report["read_input"] == "ok"  # what is handed in stays readable
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_refuses_writes_outside_its_scratch(probe):
     report = probe["report"]
@@ -157,6 +157,7 @@ def test_os_sandbox_refuses_writes_outside_its_scratch(probe):
     assert report["write_tmp"] == "ok" and not Path("/tmp", probe["token"]).exists()  # a private /tmp
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_has_no_network(probe):
     report = probe["report"]
@@ -166,6 +167,7 @@ def test_os_sandbox_has_no_network(probe):
     assert report["tcp_external"] == "OSError"  # network unreachable: no interface but lo
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_environment_has_no_credentials(probe):
     env = dict(probe["report"]["env"])
@@ -174,6 +176,7 @@ def test_os_sandbox_environment_has_no_credentials(probe):
     assert set(env) <= set(isolation.ENV_ALLOW) | {"HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PWD"}
 
 
+@pytest.mark.fast
 def test_process_isolation_environment_has_no_credentials(tmp_path, monkeypatch):
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
@@ -184,6 +187,7 @@ def test_process_isolation_environment_has_no_credentials(tmp_path, monkeypatch)
     assert set(env) <= set(isolation.ENV_ALLOW) | {"HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_cannot_see_or_signal_outside_processes(probe):
     report = probe["report"]
@@ -192,11 +196,13 @@ def test_os_sandbox_cannot_see_or_signal_outside_processes(probe):
     assert report["pids"] <= 3  # bwrap's init, the probe (and at most one more)
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_symlink_escape_fails(probe):
     assert probe["report"]["symlink_escape"] == "FileNotFoundError"
 
 
+@pytest.mark.fast
 @needs_os
 def test_os_sandbox_runs_as_nobody_when_root(probe):
     if os.geteuid() == 0 and isolation.detect().drop_uid:
@@ -218,6 +224,7 @@ print(n)
 """
 
 
+@pytest.mark.fast
 @needs_os
 def test_fork_bomb_is_bounded_and_reaped(tmp_path):
     if not isolation.detect().nproc_enforced:
@@ -242,6 +249,7 @@ def _harness_with_reward(root: Path, body: str) -> Path:
     return harness
 
 
+@pytest.mark.fast
 def test_reward_worker_scores_like_the_reward_in_process():
     from evotrainer.contracts.harness import load_module
 
@@ -254,6 +262,7 @@ def test_reward_worker_scores_like_the_reward_in_process():
     assert components["format_ok"].tolist() == [e["format_ok"] for e in expected]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("body", "label", "text"),
     [
@@ -282,6 +291,7 @@ def test_reward_worker_failures_have_labels(tmp_path, body, label, text):
     assert text in str(err.value)
 
 
+@pytest.mark.fast
 def test_reward_worker_survives_a_reward_that_prints(tmp_path):
     harness = _harness_with_reward(tmp_path, "print('noise ' * 10000)\nsys.stdout.flush()\nreturn 0.5")
     with RewardWorker(harness) as worker:
@@ -289,6 +299,7 @@ def test_reward_worker_survives_a_reward_that_prints(tmp_path):
     assert scores.tolist() == [0.5] * 32
 
 
+@pytest.mark.fast
 def test_a_symlinked_harness_file_is_refused(tmp_path):
     harness = _harness_with_reward(tmp_path, "return 1.0")
     (harness / "reward.py").unlink()
@@ -298,6 +309,7 @@ def test_a_symlinked_harness_file_is_refused(tmp_path):
     assert err.value.label == "sandbox_violation"
 
 
+@pytest.mark.fast
 def test_a_symlinked_sandbox_output_is_refused(tmp_path):
     (tmp_path / "out_scores.parquet").symlink_to("/etc/hostname")
     with pytest.raises(SandboxError) as err:
@@ -305,6 +317,8 @@ def test_a_symlinked_sandbox_output_is_refused(tmp_path):
     assert err.value.label == "sandbox_violation"
 
 
+# tier 2: two import checks in the OS sandbox (~4 s on 2 cores); the sandbox's environment without
+# credentials stays in the fast tier (test_os_sandbox_environment_has_no_credentials)
 @needs_os
 def test_import_check_runs_sandboxed_without_credentials(tmp_path, monkeypatch):
     for key, value in CREDENTIALS.items():
@@ -327,6 +341,7 @@ def test_import_check_runs_sandboxed_without_credentials(tmp_path, monkeypatch):
     assert err.value.label == "sandbox_violation"
 
 
+@pytest.mark.fast
 def test_process_isolation_where_os_is_unavailable(monkeypatch, caplog):
     unavailable = isolation.Support(False, "none", "test: no namespaces")
     monkeypatch.setattr(isolation, "detect", lambda: unavailable)
@@ -344,6 +359,7 @@ def test_process_isolation_where_os_is_unavailable(monkeypatch, caplog):
     assert isolation.isolated_command(["true"], isolation="process") == ["true"]
 
 
+@pytest.mark.fast
 @needs_os
 def test_the_sandbox_dies_with_its_parent(tmp_path):
     """A killed backtest leaves no sandboxed reward worker behind (--die-with-parent)."""
@@ -383,6 +399,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("mode", ["process", "os"])
 def test_seccomp_refuses_processes_exec_and_inet_sockets_below_the_audit_hook(tmp_path, mode):
     if isolation.seccomp_program() is None:

@@ -18,8 +18,24 @@ ROWS = pd.DataFrame({"data_source": "arithmetic", "response": ["12", "-3", "x", 
                      "prompt_id": ["a", "b", "c", "d"], "level": [0, 1, 1, 2]})
 MODES = ["process"] + (["os"] if isolation.detect().available else [])
 # The misbehaving rewards in the fast tier through the process layer, which every machine has; through the OS
-# sandbox in tier 2 (test_os_sandbox.py keeps the OS sandbox's own fast tests).
-MISBEHAVING_MODES = [pytest.param(mode, marks=[pytest.mark.fast] if mode == "process" else []) for mode in MODES]
+# sandbox in tier 2 (test_os_sandbox.py keeps the OS sandbox's own fast tests). The hang waits out its 3 s
+# timeout: tier 2 in both layers (test_a_hanging_import_is_a_sandbox_timeout keeps a timeout in the fast tier).
+MISBEHAVING = [
+    pytest.param("while True:\n    pass", "sandbox_timeout", Limits(timeout_s=3), id="hang"),
+    pytest.param("open('/tmp/evotrainer-escape.txt', 'w').write('x')\nreturn 1.0", "sandbox_violation", Limits(),
+                 id="write-outside"),
+    pytest.param("os.remove('/etc/hostname')\nreturn 1.0", "sandbox_violation", Limits(), id="delete-outside"),
+    pytest.param("socket.create_connection(('127.0.0.1', 9))\nreturn 1.0", "sandbox_violation", Limits(),
+                 id="network"),
+    pytest.param("subprocess.run(['true'])\nreturn 1.0", "sandbox_violation", Limits(), id="subprocess"),
+    pytest.param("x = bytearray(3 * 1024**3)\nreturn 1.0", "sandbox_memory", Limits(memory_mb=1536), id="memory"),
+    pytest.param("raise ValueError('bad reward')", "sandbox_crash", Limits(), id="exception"),
+    pytest.param("open('big.bin', 'wb').write(bytes(3 * 1024**2))\nreturn 1.0", "sandbox_violation",
+                 Limits(file_mb=1), id="file-size"),
+]
+MISBEHAVING_CASES = [pytest.param(mode, *case.values, id=f"{mode}-{case.id}",
+                                  marks=[pytest.mark.fast] if mode == "process" and case.id != "hang" else [])
+                     for mode in MODES for case in MISBEHAVING]
 
 
 def with_reward(harness, body: str):
@@ -38,21 +54,7 @@ def test_sandboxed_scores_match_in_process_scores():
     assert out["rc_format_ok"].tolist() == [1.0, 1.0, 0.0, 1.0]
 
 
-@pytest.mark.parametrize(
-    ("body", "label", "limits"),
-    [
-        ("while True:\n    pass", "sandbox_timeout", Limits(timeout_s=3)),
-        ("open('/tmp/evotrainer-escape.txt', 'w').write('x')\nreturn 1.0", "sandbox_violation", Limits()),
-        ("os.remove('/etc/hostname')\nreturn 1.0", "sandbox_violation", Limits()),
-        ("socket.create_connection(('127.0.0.1', 9))\nreturn 1.0", "sandbox_violation", Limits()),
-        ("subprocess.run(['true'])\nreturn 1.0", "sandbox_violation", Limits()),
-        ("x = bytearray(3 * 1024**3)\nreturn 1.0", "sandbox_memory", Limits(memory_mb=1536)),
-        ("raise ValueError('bad reward')", "sandbox_crash", Limits()),
-        ("open('big.bin', 'wb').write(bytes(3 * 1024**2))\nreturn 1.0", "sandbox_violation", Limits(file_mb=1)),
-    ],
-    ids=["hang", "write-outside", "delete-outside", "network", "subprocess", "memory", "exception", "file-size"],
-)
-@pytest.mark.parametrize("mode", MISBEHAVING_MODES)
+@pytest.mark.parametrize(("mode", "body", "label", "limits"), MISBEHAVING_CASES)
 def test_misbehaving_reward_fails_with_its_label(harness, body, label, limits, mode):
     with pytest.raises(SandboxError) as err:
         run_tasks(with_reward(harness, body), ["score"], {"rows": ROWS}, limits, isolation=mode)

@@ -121,7 +121,7 @@ def test_truncation_is_flagged(tiny_policy, splits):
     assert _findings(ev).loc["truncation_rate", "severity"] == "critical"
 
 
-@pytest.mark.fast
+# tier 2: samples from a policy (~4 s on 2 cores)
 def test_format_violations_of_an_untrained_policy_are_flagged(tmp_path, splits):
     from evotrainer.policy.tiny import build_model, build_tokenizer, save_policy
 

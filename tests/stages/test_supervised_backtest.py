@@ -10,13 +10,12 @@ import pytest
 
 from evotrainer.stages.backtest import TrainingFailed, supervise_command
 
-pytestmark = pytest.mark.fast
-
 
 def child(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("code", "label"), [
     ("import ctypes; ctypes.string_at(0)", "train_crash"),                          # segfault
     ("import os; os.abort()", "train_crash"),                                       # SIGABRT
@@ -29,12 +28,14 @@ def test_a_dying_training_process_fails_with_its_label(tmp_path, code, label):
     assert failed.value.label == label
 
 
+@pytest.mark.fast
 def test_a_hang_without_heartbeat_is_killed_as_train_timeout(tmp_path):
     with pytest.raises(TrainingFailed, match="no progress for 2 s") as failed:
         supervise_command(child("import time; time.sleep(600)"), tmp_path, hang_s=2)
     assert failed.value.label == "train_timeout"
 
 
+# tier 2: a 4 s child; tests/core/test_supervisor.py keeps a heartbeat test in the fast tier
 def test_a_heartbeat_keeps_a_slow_run_alive_and_a_result_passes(tmp_path):
     beat, result = tmp_path / "progress.json", tmp_path / "train_result.json"
     code = (f"import json, time, pathlib\n"
@@ -44,6 +45,7 @@ def test_a_heartbeat_keeps_a_slow_run_alive_and_a_result_passes(tmp_path):
     assert usage["train_wall_s"] >= 3 and usage["train_cpu_s"] >= 0
 
 
+@pytest.mark.fast
 def test_a_failure_the_child_reports_keeps_its_label(tmp_path):
     result = tmp_path / "train_result.json"
     code = (f"import json, pathlib\npathlib.Path({str(result)!r}).write_text(json.dumps("
@@ -68,6 +70,7 @@ def _report(result_path: str):
     return 0
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("entry", "label"), [
     (_segfault, "train_crash"),
     (lambda _: (_ for _ in ()).throw(RuntimeError("boom")), "train_crash"),  # raises: exit 1, no result
@@ -81,6 +84,7 @@ def test_a_forked_training_child_fails_with_the_same_labels(tmp_path, entry, lab
     assert failed.value.label == label
 
 
+@pytest.mark.fast
 def test_a_forked_training_child_reports_its_result_and_its_output_goes_to_the_log(tmp_path):
     import os
 
