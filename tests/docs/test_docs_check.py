@@ -273,7 +273,7 @@ class Run:
 
 def runnable() -> list[Run]:
     grouped: dict[tuple, list[Command]] = defaultdict(list)
-    for page in {c.where.partition(":")[0] for c in COMMANDS}:
+    for page in sorted({c.where.partition(":")[0] for c in COMMANDS}):  # sorted: the same test ids every run
         on_page = sorted((c for c in COMMANDS if c.where.partition(":")[0] == page),
                          key=lambda c: int(c.where.rpartition(":")[2]))
         for index, command in enumerate(on_page):
