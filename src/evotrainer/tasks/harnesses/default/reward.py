@@ -1,6 +1,6 @@
 """Reward for the arithmetic task, in verl's custom-reward signature so it runs unchanged there.
 
-Self-contained on purpose: verl imports this file by path, outside the evotrainer package.
+Self-contained: it runs in the sandboxed reward worker, under verl too (the trusted adapter calls it there).
 """
 
 import re
