@@ -14,7 +14,7 @@ import pytest
 from evotrainer.contracts import evidence
 from evotrainer.contracts.findings import check_findings
 from evotrainer.contracts.harness import DEFAULT_HARNESS
-from evotrainer.scoring import answers
+from evotrainer.scoring import answers, trusted_findings
 from evotrainer.scoring.trusted_findings import THRESHOLDS, diagnose_file, diagnose_frame, merge
 
 pytestmark = pytest.mark.fast
@@ -197,3 +197,101 @@ def test_the_stage_adds_trusted_findings_to_a_blind_harness(tmp_path):
     assert fn["severity"] == "critical" and "reward_false_negative_rate" in diagnosis["signature"]
     assert {(e["response"], e["ground_truth"], e["reward"], e["correct"]) for e in fn["examples"]} == {("42.", "42", 0.0, True)}
     assert "ground truth `42`" in (tmp_path / "d.md").read_text()
+
+
+def _levels_pool(n_per_level=(20, 50, 30)) -> pd.DataFrame:
+    levels = np.repeat(np.arange(len(n_per_level)), n_per_level)
+    return pd.DataFrame({"prompt_id": [f"train-{i}" for i in range(len(levels))], "prompt": "q", "ground_truth": "1",
+                         "data_source": "t", "difficulty": levels, "score_hint": np.linspace(0, 1, len(levels))})
+
+
+def _level_evidence(accuracy: dict[int, float], rows: int = 10) -> pd.DataFrame:
+    out = []
+    for level, acc in accuracy.items():
+        right = round(acc * rows)
+        out.append(ev(honest(f"p{level}", "1", right, rows - right)).assign(difficulty=level))
+    return pd.concat(out, ignore_index=True)
+
+
+def curriculum(weights, pool, evidence_frame) -> dict[str, dict]:
+    out = trusted_findings.curriculum_findings(pool, np.asarray(weights, dtype=float), evidence_frame)
+    check_findings(out, "trusted")
+    return {f["name"]: f for f in out}
+
+
+def test_a_curriculum_that_starves_unsolved_levels_is_flagged():
+    pool = _levels_pool()
+    evidence_frame = _level_evidence({0: 0.5, 1: 0.3, 2: 0.0})
+    focus = np.where(pool["difficulty"] == 0, 1.0, 1e-3)  # the easiest level only
+    f = curriculum(focus, pool, evidence_frame)
+    assert f["curriculum_starved_share"]["severity"] == "critical"
+    assert f["curriculum_starved_share"]["value"] == pytest.approx(1 - focus.sum() ** 2 / (100 * (focus**2).sum()))
+    levels = f["curriculum_starved_levels"]
+    assert levels["value"] == pytest.approx(0.8) and levels["severity"] == "critical"
+    assert levels["affected_rows"] == 20 and "`difficulty`" in levels["message"]  # the evidence rows of levels 1, 2
+    assert set(evidence_frame.loc[levels["examples"], "difficulty"]) <= {1, 2}
+    uniform = curriculum(np.ones(len(pool)), pool, evidence_frame)
+    assert uniform["curriculum_starved_share"]["value"] == pytest.approx(0.0)
+    assert uniform["curriculum_starved_levels"]["value"] == 0.0
+    assert {f["severity"] for f in uniform.values()} == {"ok"}
+
+
+def test_a_curriculum_that_drops_what_is_solved_or_starves_an_unseen_level_is_not():
+    pool = _levels_pool()
+    # level 0 is solved: dropping it starves nothing that still teaches (and keeps 80% of the pool)
+    f = curriculum(np.where(pool["difficulty"] == 0, 0.0, 1.0), pool, _level_evidence({0: 1.0, 1: 0.3, 2: 0.1}))
+    assert f["curriculum_starved_levels"]["value"] == 0.0 and f["curriculum_starved_share"]["severity"] == "ok"
+    # the evidence has no row of level 2: no evidence that it still teaches (its share still counts as starved)
+    f = curriculum(np.where(pool["difficulty"] == 2, 0.0, 1.0), pool, _level_evidence({0: 0.5, 1: 0.3}))
+    assert f["curriculum_starved_levels"]["value"] == 0.0
+    assert f["curriculum_starved_share"]["value"] == pytest.approx(0.3)
+    # no evidence (a baseline, the first generation of a run without one): the share alone
+    assert set(curriculum(np.ones(len(pool)), pool, None)) == {"curriculum_starved_share"}
+
+
+def test_the_level_columns_are_the_shared_low_cardinality_ones():
+    pool = _levels_pool().assign(tags=[["a"]] * 100)
+    evidence_frame = _level_evidence({0: 0.5}).assign(tags=[["a"]] * 10, score_hint=0.5)
+    # not the ids, texts or labels; not a float column; not unhashable cells; not a column the evidence lacks
+    assert trusted_findings.level_columns(pool, evidence_frame) == ["difficulty"]
+    assert trusted_findings.level_columns(pool.assign(difficulty=0), evidence_frame) == []  # one value only
+
+
+def test_the_stage_weighs_the_pool_through_the_harness_curriculum(tmp_path):
+    from evotrainer.config import compose, to_yaml
+    from evotrainer.stages import diagnose
+
+    pool = _levels_pool()
+    pool_path = tmp_path / "train.parquet"
+    pool.to_parquet(pool_path)
+    rollouts = tmp_path / "rollouts.parquet"
+    evidence.write(_level_evidence({0: 0.5, 1: 0.3, 2: 0.0}), rollouts)
+    conf = tmp_path / "config.yaml"
+    conf.write_text(to_yaml(compose([])))
+    starving = tmp_path / "starving"
+    shutil.copytree(DEFAULT_HARNESS, starving)
+    (starving / "curriculum.py").write_text(
+        "import numpy as np\n\n\ndef prompt_weights(pool, evidence=None):\n"
+        "    # trains only where the evidence is best\n"
+        "    best = evidence.groupby('difficulty')['correct'].mean().idxmax()\n"
+        "    return np.where(pool['difficulty'] == best, 1.0, 1e-3)\n")
+    broken = tmp_path / "broken"
+    shutil.copytree(DEFAULT_HARNESS, broken)
+    (broken / "curriculum.py").write_text("def prompt_weights(pool, evidence=None):\n    return [1.0]\n")
+
+    def diagnosis(harness, pool_arg=str(pool_path)) -> dict[str, dict]:
+        diagnose.run(str(conf), str(rollouts), str(harness), None, str(tmp_path / "d.parquet"),
+                     str(tmp_path / "d.json"), str(tmp_path / "d.md"), generation=0, pool=pool_arg)
+        return {f["name"]: f for f in json.loads((tmp_path / "d.json").read_text())["findings"]}
+
+    f = diagnosis(starving)
+    assert f["curriculum_starved_levels"]["severity"] == "critical"
+    assert f["curriculum_starved_levels"]["value"] == pytest.approx(0.8)
+    assert f["curriculum_starved_share"]["severity"] == "critical"
+    assert f["curriculum_starved_levels"]["examples"][0]["difficulty"] in (1, 2)
+    assert diagnosis(DEFAULT_HARNESS)["curriculum_starved_share"]["severity"] == "ok"
+    # a curriculum that fails where training would call it: a labelled info finding, the stage goes on
+    failed = diagnosis(broken)["curriculum_starved_share"]
+    assert failed["severity"] == "info" and "curriculum_error" in failed["message"]
+    # outside a run's layout and without a pool: no curriculum findings
+    assert "curriculum_starved_share" not in diagnosis(starving, pool_arg=None)

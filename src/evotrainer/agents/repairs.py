@@ -20,8 +20,9 @@ diagnosis measured is the one the repair applies. Each repair is applied at most
 - ``drop_label_disputes`` (label_disagreement): the curriculum gives weight 0 to training prompts whose
   evidence shows the label_disagreement pattern (matched by prompt_id, or by prompt text and label: the
   evidence comes from the probe split, whose ids differ from the training pool's);
-- ``uniform_curriculum`` (never_solved_prompts, never_solved_across_generations): every prompt of the pool
-  sampled equally (not proposed where the curriculum is uniform already).
+- ``uniform_curriculum`` (curriculum_starved_share, curriculum_starved_levels, never_solved_prompts,
+  never_solved_across_generations): every prompt of the pool sampled equally (not proposed where the curriculum
+  is uniform already).
 
 Truncation (the trusted truncation_rate) is a knob's: the catalogue's ``raise_max_response_len``.
 """
@@ -285,7 +286,8 @@ REPAIRS: tuple[Intervention, ...] = (
         "accuracy rises above control.",
     ),
     Intervention(
-        "uniform_curriculum", ("never_solved_prompts", "never_solved_across_generations"),
+        "uniform_curriculum", ("curriculum_starved_share", "curriculum_starved_levels", "never_solved_prompts",
+                               "never_solved_across_generations"),
         _uniform,
         "If every training prompt is sampled equally often, the prompts the current curriculum starves are "
         "trained on again, fewer prompts stay never solved and val accuracy rises above control.",

@@ -146,9 +146,11 @@ STAGES: dict[str, Command] = {
                        "sample the generation's rollouts from its policy under its harness",
                        helps={"out": "the rollouts to write (gen<g>/rollouts.parquet)"}),
     "diagnose": Command("evotrainer.stages.diagnose:run", ("config", "rollouts", "harness>harness_dir", "train-log?", "out-parquet",
-                                                            "out-json", "out-md", "generation:int"),
+                                                            "out-json", "out-md", "generation:int", "pool?"),
                         "the diagnostics of the generation's rollouts: findings, diagnosis",
                         helps={"train-log": "the parent's train log (train_log.parquet; none in generation 0)",
+                               "pool": "the train pool the curriculum weights (default: the run's data/train.parquet "
+                                       "beside the rollouts; none: no curriculum findings)",
                                "out-parquet": "the findings table to write (gen<g>/diagnostics.parquet)",
                                "out-json": "the diagnosis to write (gen<g>/diagnosis.json)",
                                "out-md": "the diagnosis for people (gen<g>/diagnosis.md)"}),

@@ -32,6 +32,13 @@ Findings (the findings contract, ``contracts.findings``; thresholds: ``THRESHOLD
   (``invalid_actions``, else ``turns - tool_calls``), over all model turns; ``penalised_valid_turn_rate``
   (with the per-turn table beside the evidence): valid tool calls that the reward's turn-level credit
   (``turn_reward``) made negative, over the valid turns. Absent when the columns are.
+- ``curriculum_starved_share`` (with the harness curriculum's weights over the train pool, computed through the
+  door training uses with this evidence): 1 - the pool's effective share the curriculum samples from (Kish
+  effective sample size / pool size; 0 for a uniform curriculum);
+  ``curriculum_starved_levels``: where the pool and the evidence share a grouping column (a difficulty, level,
+  data source: ``LEVEL_COLUMNS_MAX`` values at most), the share of the pool in levels the curriculum draws at
+  less than ``STARVED_RATIO`` of their pool share while the evidence shows them not solved (accuracy below
+  ``SOLVED_ACCURACY``): prompts that still teach and are not trained on. The worst column counts.
 
 Every finding carries up to 3 example row positions (the stage resolves them into prompt, response, ground
 truth, reward and correct).
@@ -48,6 +55,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from evotrainer.contracts.evidence_stream import load_projection
+from evotrainer.sandbox.harness_code import pool_kept_fraction
 from evotrainer.scoring.answers import (
     lenient_answer,
     lenient_canonical,
@@ -68,10 +76,17 @@ THRESHOLDS = {  # name -> (warn above, critical above)
     "label_disagreement": (0.05, 0.15),
     "tool_call_parse_failure_rate": (0.1, 0.3),
     "penalised_valid_turn_rate": (0.2, 0.5),
+    "curriculum_starved_share": (0.5, 0.75),
+    "curriculum_starved_levels": (0.2, 0.4),
 }
 PAID_FRACTION = 0.5  # paid: reward >= PAID_FRACTION * R
 EPS = 1e-6
 MIN_SAMPLES, CONSENSUS = 3, 0.6
+# curriculum levels: a grouping column has 2..LEVEL_COLUMNS_MAX values in the pool; a level is starved when its
+# share of the draw is below STARVED_RATIO x its share of the pool, and still teaches when its evidence accuracy
+# is below SOLVED_ACCURACY (over at least MIN_SAMPLES rows)
+LEVEL_COLUMNS_MAX, STARVED_RATIO, SOLVED_ACCURACY = 20, 0.25, 0.9
+NOT_LEVELS = frozenset({"prompt_id", "prompt", "ground_truth", "metadata", "task_fields", "response", "group_id"})
 
 
 def finding(name: str, value, affected_rows: int = 0, message: str = "", examples: Iterable[int] = ()) -> dict:
@@ -211,6 +226,63 @@ def multi_turn_findings(ev: pd.DataFrame, turns_table: pd.DataFrame | None) -> l
                            episode.sum(), "share of valid tool calls whose turn-level reward credit is negative: a "
                            "reward that rejects valid calls", spread(episode)))
     return out
+
+
+def curriculum_findings(pool: pd.DataFrame, weights: np.ndarray, ev: pd.DataFrame | None) -> list[dict]:
+    """The curriculum's findings from its weights over the train pool (one per pool row, as training samples
+    them) and the evidence it was given (None: only the starved share)."""
+    weights = np.asarray(weights, dtype=float)
+    kept = pool_kept_fraction(weights)
+    out = [finding("curriculum_starved_share", 1.0 - kept, 0,
+                   f"the curriculum samples from an effective {kept:.1%} of the {len(pool)} training prompts "
+                   "(Kish effective sample size of its weights); the rest is starved")]
+    if ev is None or not len(ev) or "correct" not in ev:
+        return out
+    worst = None
+    for column in level_columns(pool, ev):
+        result = starved_levels(pool[column], weights, ev[column], ev["correct"].to_numpy(dtype=bool))
+        if result is not None and (worst is None or result[0] > worst[0]):
+            worst = (*result, column)
+    if worst is not None:
+        value, rows, detail, column = worst
+        out.append(finding("curriculum_starved_levels", value, rows.sum(),
+                           f"share of the training pool in levels of `{column}` the curriculum draws at less than "
+                           f"{STARVED_RATIO:.0%} of their pool share while the evidence shows them not solved "
+                           f"(accuracy < {SOLVED_ACCURACY:.0%}): {detail}", spread(rows)))
+    return out
+
+
+def level_columns(pool: pd.DataFrame, ev: pd.DataFrame) -> list[str]:
+    """The grouping columns the pool and the evidence share: 2..LEVEL_COLUMNS_MAX values in the pool."""
+    out = []
+    for column in pool.columns:
+        if column in NOT_LEVELS or column not in ev or pool[column].dtype.kind == "f":
+            continue
+        try:
+            values = pool[column].nunique(dropna=True)
+        except TypeError:  # unhashable cells (lists, dicts)
+            continue
+        if 2 <= values <= LEVEL_COLUMNS_MAX:
+            out.append(column)
+    return out
+
+
+def starved_levels(pool_level: pd.Series, weights: np.ndarray, ev_level: pd.Series,
+                   correct: np.ndarray) -> tuple[float, np.ndarray, str] | None:
+    """(pool share in starved levels that still teach, the evidence rows on them, a per-level summary)."""
+    pool_key, ev_key = pool_level.astype(str), ev_level.astype(str)
+    share = pool_key.value_counts(normalize=True)
+    draw = pd.Series(weights, index=pool_key.index).groupby(pool_key).sum() / weights.sum()
+    accuracy = pd.Series(correct, index=ev_key.index).groupby(ev_key).agg(["mean", "size"])
+    starved = [lv for lv in share.index
+               if draw.get(lv, 0.0) < STARVED_RATIO * share[lv] and lv in accuracy.index
+               and accuracy.loc[lv, "size"] >= MIN_SAMPLES and accuracy.loc[lv, "mean"] < SOLVED_ACCURACY]
+    if not len(accuracy.index.intersection(share.index)):
+        return None
+    detail = "; ".join(f"{lv}: draw {draw.get(lv, 0.0):.1%} / pool {share[lv]:.1%}"
+                       + (f", evidence accuracy {accuracy.loc[lv, 'mean']:.2f}" if lv in accuracy.index else "")
+                       for lv in sorted(share.index, key=lambda v: (len(v), v))[:LEVEL_COLUMNS_MAX])
+    return float(share[starved].sum()), ev_key.isin(starved).to_numpy(), detail
 
 
 def diagnose_frame(ev: pd.DataFrame, earlier_solved: set[str] | None = None, earlier_generations: int = 0,

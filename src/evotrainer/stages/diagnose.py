@@ -1,7 +1,10 @@
 """Stage `diagnose`: run the harness's diagnostics over the rollout evidence and the parent's train log, and
 the trusted findings beside them (``scoring.trusted_findings``: computed here from evidence columns every run
 has, with the earlier generations' evidence and the per-turn table where they exist; a harness's diagnostics
-cannot blind them, and they win over a harness finding of the same name).
+cannot blind them, and they win over a harness finding of the same name). The curriculum's findings weigh the
+run's train pool through the harness's curriculum exactly as training will with this evidence
+(``sandbox.harness_code.curriculum_weights``); a curriculum that fails there gets an ``info`` finding with its
+label, and the stage goes on.
 
 The evidence is streamed by the sandboxed worker (only the columns the diagnostics declare), and the
 example rows a finding points at are fetched here in one more streaming pass, so a 10M-row file
@@ -22,13 +25,13 @@ from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import RunLayout
 from evotrainer.sandbox.runner import Limits, run_tasks
 from evotrainer.scoring import trusted_findings
-from evotrainer.stages.common import config
+from evotrainer.stages.common import config, read_split
 
 DIAGNOSE_LIMITS = Limits(timeout_s=600.0, memory_mb=8192)  # address space, not RSS: pyarrow reserves a lot
 
 
 def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None, out_parquet: str, out_json: str,
-        out_md: str, generation: int) -> None:
+        out_md: str, generation: int, pool: str | None = None) -> None:
     cfg = config(config_path)
     info = evidence.validate_file(rollouts)  # streaming: types from the footer, rows in batches
     log = train_log if train_log and Path(train_log).exists() else None
@@ -37,6 +40,7 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
                                                 "recipe": load_recipe(harness_dir)}, DIAGNOSE_LIMITS)
     trusted = trusted_findings.diagnose_file(rollouts, earlier_evidence(rollouts),
                                              Path(rollouts).with_name("turns.parquet"))
+    trusted += curriculum_findings(harness_dir, rollouts, pool or train_pool(rollouts), cfg.sandbox)
     findings = trusted_findings.merge(check_findings(trusted, "trusted findings"),
                                       check_findings(raw["findings"], f"{harness_dir}/diagnostics.py"))
     examples = resolve_examples(rollouts, dict(zip(findings["name"], findings["examples"], strict=True)))
@@ -54,6 +58,33 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
                      for r in findings.drop(columns="generation").to_dict(orient="records")],
     })
     write_text(out_md, render_markdown(cfg.run, generation, findings, info["rows"]))
+
+
+def curriculum_findings(harness_dir: str, rollouts: str, pool: Path | str | None, sandbox) -> list[dict]:
+    """The trusted curriculum findings: the harness curriculum's weights over ``pool`` given this evidence, as
+    training computes them (none without a pool; an ``info`` finding naming the failure if the curriculum fails)."""
+    from evotrainer.sandbox.harness_code import curriculum_weights
+    from evotrainer.sandbox.runner import SandboxError
+
+    if pool is None or not Path(pool).is_file():
+        return []
+    frame, ev = read_split(pool), evidence.read(rollouts)
+    try:
+        weights = curriculum_weights(harness_dir, frame, ev, sandbox)
+    except SandboxError as err:
+        failed = trusted_findings.finding("curriculum_starved_share", None, 0,
+                                          f"the curriculum could not be weighed ({err.label}): {err}")
+        return [failed]
+    return trusted_findings.curriculum_findings(frame, weights, ev)
+
+
+def train_pool(rollouts: str) -> Path | None:
+    """The run's train pool beside the evidence of one of its generations (None outside a run)."""
+    try:
+        where = RunLayout.parse(Path(rollouts).resolve())
+    except ValueError:
+        return None
+    return where.layout.split("train") if where.key == "rollouts" else None
 
 
 def earlier_evidence(rollouts: str) -> list[Path]:
