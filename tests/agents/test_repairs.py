@@ -204,6 +204,10 @@ def test_the_uniform_curriculum_replaces_a_starving_one(tmp_path):
     pass_rate = next(i for i in CATALOGUE if i.name == "pass_rate_curriculum").edit({}, {"curriculum.py": text})
     (starving / "curriculum.py").write_text(pass_rate["curriculum.py"])
     assert not is_uniform(pass_rate["curriculum.py"])
+    for finding in ("curriculum_starved_share", "curriculum_starved_levels"):  # the curriculum's own findings
+        alone = repairs_for(starving, flagged(finding))
+        assert alone["uniform_curriculum"].targeted_findings == [finding]
+        assert "uniform_curriculum" not in repairs_for(harness, flagged(finding))  # uniform already
     repaired = applied(starving, repairs_for(starving)["uniform_curriculum"].diff, tmp_path / "uniform")
     assert is_uniform((repaired / "curriculum.py").read_text())
     evidence = ev(honest("a", "1", 8, 0) + honest("b", "2", 0, 8)).assign(difficulty=0)

@@ -288,7 +288,7 @@ def test_the_stage_weighs_the_pool_through_the_harness_curriculum(tmp_path):
     assert f["curriculum_starved_levels"]["severity"] == "critical"
     assert f["curriculum_starved_levels"]["value"] == pytest.approx(0.8)
     assert f["curriculum_starved_share"]["severity"] == "critical"
-    assert f["curriculum_starved_levels"]["examples"][0]["difficulty"] in (1, 2)
+    assert {e["prompt"] for e in f["curriculum_starved_levels"]["examples"]} <= {"what is p1?", "what is p2?"}
     assert diagnosis(DEFAULT_HARNESS)["curriculum_starved_share"]["severity"] == "ok"
     # a curriculum that fails where training would call it: a labelled info finding, the stage goes on
     failed = diagnosis(broken)["curriculum_starved_share"]
