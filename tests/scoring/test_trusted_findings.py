@@ -275,9 +275,6 @@ def test_the_stage_weighs_the_pool_through_the_harness_curriculum(tmp_path):
         "    # trains only where the evidence is best\n"
         "    best = evidence.groupby('difficulty')['correct'].mean().idxmax()\n"
         "    return np.where(pool['difficulty'] == best, 1.0, 1e-3)\n")
-    broken = tmp_path / "broken"
-    shutil.copytree(DEFAULT_HARNESS, broken)
-    (broken / "curriculum.py").write_text("def prompt_weights(pool, evidence=None):\n    return [1.0]\n")
 
     def diagnosis(harness, pool_arg=str(pool_path)) -> dict[str, dict]:
         diagnose.run(str(conf), str(rollouts), str(harness), None, str(tmp_path / "d.parquet"),
@@ -290,8 +287,5 @@ def test_the_stage_weighs_the_pool_through_the_harness_curriculum(tmp_path):
     assert f["curriculum_starved_share"]["severity"] == "critical"
     assert {e["prompt"] for e in f["curriculum_starved_levels"]["examples"]} <= {"what is p1?", "what is p2?"}
     assert diagnosis(DEFAULT_HARNESS)["curriculum_starved_share"]["severity"] == "ok"
-    # a curriculum that fails where training would call it: a labelled info finding, the stage goes on
-    failed = diagnosis(broken)["curriculum_starved_share"]
-    assert failed["severity"] == "info" and "curriculum_error" in failed["message"]
     # outside a run's layout and without a pool: no curriculum findings
     assert "curriculum_starved_share" not in diagnosis(starving, pool_arg=None)
