@@ -221,7 +221,7 @@ def curriculum(weights, pool, evidence_frame) -> dict[str, dict]:
 
 def test_a_curriculum_that_starves_unsolved_levels_is_flagged():
     pool = _levels_pool()
-    evidence_frame = _level_evidence({0: 0.5, 1: 0.3, 2: 0.0})
+    evidence_frame = _level_evidence({0: 0.5, 1: 0.3, 2: 0.1})
     focus = np.where(pool["difficulty"] == 0, 1.0, 1e-3)  # the easiest level only
     f = curriculum(focus, pool, evidence_frame)
     assert f["curriculum_starved_share"]["severity"] == "critical"
@@ -241,6 +241,9 @@ def test_a_curriculum_that_drops_what_is_solved_or_starves_an_unseen_level_is_no
     # level 0 is solved: dropping it starves nothing that still teaches (and keeps 80% of the pool)
     f = curriculum(np.where(pool["difficulty"] == 0, 0.0, 1.0), pool, _level_evidence({0: 1.0, 1: 0.3, 2: 0.1}))
     assert f["curriculum_starved_levels"]["value"] == 0.0 and f["curriculum_starved_share"]["severity"] == "ok"
+    # level 2 is never solved: no GRPO signal there, so setting it aside starves nothing that teaches
+    f = curriculum(np.where(pool["difficulty"] == 2, 0.0, 1.0), pool, _level_evidence({0: 0.5, 1: 0.3, 2: 0.0}))
+    assert f["curriculum_starved_levels"]["value"] == 0.0
     # the evidence has no row of level 2: no evidence that it still teaches (its share still counts as starved)
     f = curriculum(np.where(pool["difficulty"] == 2, 0.0, 1.0), pool, _level_evidence({0: 0.5, 1: 0.3}))
     assert f["curriculum_starved_levels"]["value"] == 0.0
@@ -265,7 +268,7 @@ def test_the_stage_weighs_the_pool_through_the_harness_curriculum(tmp_path):
     pool_path = tmp_path / "train.parquet"
     pool.to_parquet(pool_path)
     rollouts = tmp_path / "rollouts.parquet"
-    evidence.write(_level_evidence({0: 0.5, 1: 0.3, 2: 0.0}), rollouts)
+    evidence.write(_level_evidence({0: 0.5, 1: 0.3, 2: 0.1}), rollouts)
     conf = tmp_path / "config.yaml"
     conf.write_text(to_yaml(compose([])))
     starving = tmp_path / "starving"

@@ -10,6 +10,7 @@ server outlived the run by its idle timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -34,6 +35,27 @@ def _ours(pid: int) -> bool:
     return any(word in cmdline for word in OURS)
 
 
+MARK = "EVOTRAINER_TEST_INTERRUPT_RUN"  # set on the run under test only: other runs on the machine are not counted
+
+
+def _of_this_run(pids: set[int], mark: str) -> set[int]:
+    """The processes among ``pids`` that carry ``mark`` in their environment (the run's snakemake, job shells,
+    stages, fork server, training children), and every descendant of those (sandboxed workers start with a
+    scrubbed environment)."""
+    marked = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).environ().get(MARK) == mark:
+                marked.add(pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            pass
+    out = set(marked)
+    for pid in marked:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+            out |= {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    return out & pids
+
+
 def _alive(pids: set[int]) -> set[int]:
     out = set()
     for pid in pids:
@@ -49,7 +71,7 @@ def _alive(pids: set[int]) -> set[int]:
                                          (signal.SIGTERM, "snakemake")], ids=["ctrl-c", "hangup", "sigterm"])
 def test_interrupting_a_run_while_it_trains_leaves_nothing_running(tmp_path, signum, whom):
     before = set(psutil.pids())
-    env = {k: v for k, v in os.environ.items() if k != "EVOTRAINER_FORKSERVER_IDLE_S"}
+    env = {k: v for k, v in os.environ.items() if k != "EVOTRAINER_FORKSERVER_IDLE_S"} | {MARK: str(tmp_path)}
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
                "--cores", "2", "--config", "experiment=quick", "search__steps_per_generation=5000"]
     run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
@@ -60,7 +82,8 @@ def test_interrupting_a_run_while_it_trains_leaves_nothing_running(tmp_path, sig
             assert time.monotonic() < deadline, "no backtest started training in 600 s"
             time.sleep(0.5)
         time.sleep(2)
-        started = {pid for pid in set(psutil.pids()) - before if _ours(pid)}  # the snapshot, fork server included
+        # the snapshot, fork server included: this run's processes only (not another run's on the same machine)
+        started = {pid for pid in _of_this_run(set(psutil.pids()) - before, str(tmp_path)) if _ours(pid)}
         names = {" ".join(psutil.Process(p).cmdline()) for p in started if _alive({p})}
         assert any("reward_worker" in n for n in names), names  # a worker runs under the training child
         signalled = time.monotonic()

@@ -49,7 +49,7 @@ diagnostics.py cannot change or hide them). They point at harness flaws no recip
 rejects correct answers (reward_false_negative_rate, e.g. in a format the policy drifted to) or pays incorrect \
 ones (reward_false_positive_rate: gameable partial credit), training labels that may be wrong \
 (label_disagreement), prompts a curriculum starves (curriculum_starved_share: the pool share its weights \
-leave out; curriculum_starved_levels: levels it barely draws that the evidence shows unsolved; never_solved_prompts, \
+leave out; curriculum_starved_levels: levels it barely draws where the evidence shows some but not all samples correct; never_solved_prompts, \
 never_solved_across_generations), \
 truncation, tool calls that fail to parse or valid ones the reward penalises. Their example rows (response, \
 ground truth, reward, correct) show the rows; query_evidence's reward_vs_verifier shows more. Repair such a \

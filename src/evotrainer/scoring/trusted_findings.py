@@ -37,8 +37,9 @@ Findings (the findings contract, ``contracts.findings``; thresholds: ``THRESHOLD
   effective sample size / pool size; 0 for a uniform curriculum);
   ``curriculum_starved_levels``: where the pool and the evidence share a grouping column (a difficulty, level,
   data source: ``LEVEL_COLUMNS_MAX`` values at most), the share of the pool in levels the curriculum draws at
-  less than ``STARVED_RATIO`` of their pool share while the evidence shows them not solved (accuracy below
-  ``SOLVED_ACCURACY``): prompts that still teach and are not trained on. The worst column counts.
+  less than ``STARVED_RATIO`` of their pool share while the evidence shows them still teaching (some samples
+  correct, accuracy below ``SOLVED_ACCURACY``): prompts that still teach and are not trained on (a level no
+  sample solves gives GRPO no signal, and a curriculum may rightly set it aside). The worst column counts.
 
 Every finding carries up to 3 example row positions (the stage resolves them into prompt, response, ground
 truth, reward and correct).
@@ -84,7 +85,7 @@ EPS = 1e-6
 MIN_SAMPLES, CONSENSUS = 3, 0.6
 # curriculum levels: a grouping column has 2..LEVEL_COLUMNS_MAX values in the pool; a level is starved when its
 # share of the draw is below STARVED_RATIO x its share of the pool, and still teaches when its evidence accuracy
-# is below SOLVED_ACCURACY (over at least MIN_SAMPLES rows)
+# is above 0 and below SOLVED_ACCURACY (over at least MIN_SAMPLES rows)
 LEVEL_COLUMNS_MAX, STARVED_RATIO, SOLVED_ACCURACY = 20, 0.25, 0.9
 NOT_LEVELS = frozenset({"prompt_id", "prompt", "ground_truth", "metadata", "task_fields", "response", "group_id"})
 
@@ -247,8 +248,8 @@ def curriculum_findings(pool: pd.DataFrame, weights: np.ndarray, ev: pd.DataFram
         value, rows, detail, column = worst
         out.append(finding("curriculum_starved_levels", value, rows.sum(),
                            f"share of the training pool in levels of `{column}` the curriculum draws at less than "
-                           f"{STARVED_RATIO:.0%} of their pool share while the evidence shows them not solved "
-                           f"(accuracy < {SOLVED_ACCURACY:.0%}): {detail}", spread(rows)))
+                           f"{STARVED_RATIO:.0%} of their pool share while the evidence shows them still teaching "
+                           f"(0 < accuracy < {SOLVED_ACCURACY:.0%}): {detail}", spread(rows)))
     return out
 
 
@@ -276,7 +277,7 @@ def starved_levels(pool_level: pd.Series, weights: np.ndarray, ev_level: pd.Seri
     accuracy = pd.Series(correct, index=ev_key.index).groupby(ev_key).agg(["mean", "size"])
     starved = [lv for lv in share.index
                if draw.get(lv, 0.0) < STARVED_RATIO * share[lv] and lv in accuracy.index
-               and accuracy.loc[lv, "size"] >= MIN_SAMPLES and accuracy.loc[lv, "mean"] < SOLVED_ACCURACY]
+               and accuracy.loc[lv, "size"] >= MIN_SAMPLES and 0 < accuracy.loc[lv, "mean"] < SOLVED_ACCURACY]
     if not len(accuracy.index.intersection(share.index)):
         return None
     detail = "; ".join(f"{lv}: draw {draw.get(lv, 0.0):.1%} / pool {share[lv]:.1%}"
