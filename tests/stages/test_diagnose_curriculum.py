@@ -48,3 +48,22 @@ def test_a_failing_curriculum_is_a_labelled_finding_and_the_stage_goes_on(name, 
     assert failed["severity"] == "info" and "could not be weighed" in failed["message"]
     assert "curriculum_starved_levels" not in found
     assert found["reward_false_negative_rate"]["severity"] == "critical"
+
+
+def test_evidence_too_large_for_the_curriculum_is_said_not_loaded(tmp_path, monkeypatch):
+    from evotrainer.config import compose, to_yaml
+    from evotrainer.stages import diagnose
+
+    pool = tmp_path / "train.parquet"
+    _levels_pool().to_parquet(pool)
+    rollouts = tmp_path / "rollouts.parquet"
+    evidence.write(_level_evidence({0: 0.5, 1: 0.3}), rollouts)  # 20 rows
+    conf = tmp_path / "config.yaml"
+    conf.write_text(to_yaml(compose([])))
+    monkeypatch.setattr(diagnose, "CURRICULUM_MAX_ROWS", 19)
+    monkeypatch.setattr(evidence, "read", lambda path: pytest.fail("the evidence was loaded whole"))
+    diagnose.run(str(conf), str(rollouts), str(DEFAULT_HARNESS), None, str(tmp_path / "d.parquet"),
+                 str(tmp_path / "d.json"), str(tmp_path / "d.md"), generation=0, pool=str(pool))
+    found = {f["name"]: f for f in json.loads((tmp_path / "d.json").read_text())["findings"]}
+    assert found["curriculum_starved_share"]["severity"] == "info"
+    assert "20 rows" in found["curriculum_starved_share"]["message"]

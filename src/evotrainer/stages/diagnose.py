@@ -27,6 +27,7 @@ from evotrainer.sandbox.runner import Limits, run_tasks
 from evotrainer.scoring import trusted_findings
 from evotrainer.stages.common import config, read_split
 
+CURRICULUM_MAX_ROWS = 1_000_000  # evidence rows above which the curriculum (which gets them whole) is not weighed
 DIAGNOSE_LIMITS = Limits(timeout_s=600.0, memory_mb=8192)  # address space, not RSS: pyarrow reserves a lot
 
 
@@ -40,7 +41,7 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
                                                 "recipe": load_recipe(harness_dir)}, DIAGNOSE_LIMITS)
     trusted = trusted_findings.diagnose_file(rollouts, earlier_evidence(rollouts),
                                              Path(rollouts).with_name("turns.parquet"))
-    trusted += curriculum_findings(harness_dir, rollouts, pool or train_pool(rollouts), cfg.sandbox)
+    trusted += curriculum_findings(harness_dir, rollouts, pool or train_pool(rollouts), cfg.sandbox, info["rows"])
     findings = trusted_findings.merge(check_findings(trusted, "trusted findings"),
                                       check_findings(raw["findings"], f"{harness_dir}/diagnostics.py"))
     examples = resolve_examples(rollouts, dict(zip(findings["name"], findings["examples"], strict=True)))
@@ -60,14 +61,20 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
     write_text(out_md, render_markdown(cfg.run, generation, findings, info["rows"]))
 
 
-def curriculum_findings(harness_dir: str, rollouts: str, pool: Path | str | None, sandbox) -> list[dict]:
+def curriculum_findings(harness_dir: str, rollouts: str, pool: Path | str | None, sandbox,
+                        rows: int = 0) -> list[dict]:
     """The trusted curriculum findings: the harness curriculum's weights over ``pool`` given this evidence, as
-    training computes them (none without a pool; an ``info`` finding naming the failure if the curriculum fails)."""
+    training computes them (none without a pool; an ``info`` finding naming the failure if the curriculum fails,
+    or the evidence is over ``CURRICULUM_MAX_ROWS``: the curriculum gets it whole, and this stage streams)."""
     from evotrainer.sandbox.harness_code import curriculum_weights
     from evotrainer.sandbox.runner import SandboxError
 
     if pool is None or not Path(pool).is_file():
         return []
+    if rows > CURRICULUM_MAX_ROWS:
+        return [trusted_findings.finding("curriculum_starved_share", None, 0,
+                                         f"the curriculum was not weighed here: the evidence has {rows} rows (more "
+                                         f"than {CURRICULUM_MAX_ROWS}), and the curriculum gets it whole")]
     frame, ev = read_split(pool), evidence.read(rollouts)
     try:
         weights = curriculum_weights(harness_dir, frame, ev, sandbox)
