@@ -223,3 +223,36 @@ def test_truncation_doubles_max_response_len_within_the_schema(tmp_path):
                        (harness / "recipe.yaml").read_text().replace("max_response_len: 8", "max_response_len: 4096"))
     at_limit = apply_diff(harness, top, tmp_path / "top")
     assert "raise_max_response_len" not in repairs_for(at_limit)
+
+
+@pytest.mark.fast
+def test_a_repair_that_gained_but_not_surely_is_tried_again_while_its_finding_stays_critical(tmp_path):
+    from evotrainer.runtime import diff_hash
+
+    harness = complete(SHIPPED / "default")
+    starving = tmp_path / "starving"
+    shutil.copytree(harness, starving)
+    text = (harness / "curriculum.py").read_text()
+    pass_rate = next(i for i in CATALOGUE if i.name == "pass_rate_curriculum").edit({}, {"curriculum.py": text})
+    (starving / "curriculum.py").write_text(pass_rate["curriculum.py"])
+    critical = flagged("curriculum_starved_levels", severity="critical")
+    repair = repairs_for(starving, critical)["uniform_curriculum"]
+
+    def proposed(tries: list[tuple[str | None, float]], findings=critical) -> bool:
+        rows = pd.DataFrame({"parent_harness_id": harness_id(starving), "diff_hash": diff_hash(repair.diff),
+                             "failure_label": [label for label, _ in tries], "intervention": "uniform_curriculum",
+                             "delta_vs_control": [delta for _, delta in tries],
+                             "targeted_findings": [["curriculum_starved_levels"]] * len(tries)})
+        context = ProposalContext(generation=len(tries), harness_dir=starving, harness_id=harness_id(starving),
+                                  findings=findings, lineage=pd.concat([lineage.empty(), rows], ignore_index=True))
+        return "uniform_curriculum" in {p.intervention for p in HeuristicAgent().propose(context, k=3)}
+
+    assert proposed([])
+    assert proposed([("no_gain", 0.010)])  # gained, not surely: a new generation's policy gives a new test
+    assert proposed([("no_gain", 0.010), ("no_gain", 0.004)])
+    assert not proposed([("no_gain", 0.010)] * 3)  # at most three tries from one parent
+    assert not proposed([("no_gain", -0.002)])  # it lost once: no more
+    assert not proposed([("no_gain", 0.010), ("low_kept_fraction_in_training", 0.0)])  # failed otherwise
+    assert not proposed([("no_gain", 0.010)], flagged("curriculum_starved_levels", severity="warn"))
+    harness_layer = [dict(f, layer="harness") for f in critical]  # a harness's own diagnostics cannot ask for it
+    assert not proposed([("no_gain", 0.010)], harness_layer)

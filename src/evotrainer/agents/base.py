@@ -11,6 +11,10 @@ import pandas as pd
 from evotrainer.contracts.candidate import Proposal
 
 INCONCLUSIVE = "diagnostic_unverifiable"
+# A candidate that answers a trusted finding still critical now, and whose every earlier test from this parent
+# gained over control but not surely (no_gain with a positive delta), is tried again, up to this many tries in all
+RETRY_LIMIT = 3
+TRUSTED = "trusted"
 
 
 @dataclass
@@ -37,7 +41,25 @@ class ProposalContext:
             return set()
         conclusive = lineage["failure_label"] != INCONCLUSIVE if "failure_label" in lineage else True
         same_parent = lineage[(lineage["parent_harness_id"] == self.harness_id) & conclusive]
-        return set(same_parent["diff_hash"])
+        return set(same_parent["diff_hash"]) - self.worth_retrying(same_parent)
+
+    def worth_retrying(self, same_parent: pd.DataFrame) -> set[str]:
+        """diff_hash of the candidates tried from this parent that deserve another test: a finding they targeted
+        is still critical in the trusted layer (the defect is still there), every try gained over control but
+        not surely (``no_gain`` with a positive delta), fewer than ``RETRY_LIMIT`` tries. A new generation's
+        policy gives an independent test, and a flaw's harm often grows with training (a starving curriculum)
+        where one slot's gain is too small to clear zero."""
+        critical = {f["name"] for f in self.findings if f.get("severity") == "critical" and f.get("layer") == TRUSTED}
+        needed = {"diff_hash", "failure_label", "delta_vs_control", "targeted_findings"}
+        if not critical or not needed <= set(same_parent.columns):
+            return set()
+        out = set()
+        for digest, rows in same_parent.groupby("diff_hash"):
+            targeted = {str(t) for ts in rows["targeted_findings"] if ts is not None for t in list(ts)}
+            gained = (rows["failure_label"] == "no_gain").all() and (rows["delta_vs_control"] > 0).all()
+            if gained and len(rows) < RETRY_LIMIT and targeted & critical:
+                out.add(digest)
+        return out
 
 
 @dataclass

@@ -5,7 +5,8 @@ Interventions whose triggers fired rank first (critical findings weigh double); 
 remaining slots in catalogue order as exploration. The repairs of harness flaws no knob reaches
 (agents/repairs.py, keyed by the trusted findings) are proposed only when one of their findings is
 flagged, and then before every other intervention. An identical diff already tried from the same
-parent harness (per the lineage) is not proposed again.
+parent harness (per the lineage) is not proposed again, unless it answers a trusted finding still critical and
+every try gained but not surely (``ProposalContext.worth_retrying``).
 """
 
 from __future__ import annotations

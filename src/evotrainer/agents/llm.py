@@ -162,7 +162,8 @@ class LLMAgent:
                 budget.tokens, budget.cost_usd = call_records.spent(run_dir, context.generation)
             tried = set()
             if context.lineage is not None and not context.lineage.empty:
-                tried = set(context.lineage.loc[context.lineage["parent_harness_id"] == context.harness_id, "diff_hash"])
+                same_parent = context.lineage[context.lineage["parent_harness_id"] == context.harness_id]
+                tried = set(same_parent["diff_hash"]) - context.worth_retrying(same_parent)
             system, tools = system_prompt(), TOOL_SPECS
             messages = self.provider.user_text(first_message(context, k))
             while len(accepted) + len(failed) < k:

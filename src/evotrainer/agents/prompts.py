@@ -30,7 +30,8 @@ the validation split is promoted.
 Rules for a candidate:
 - One variable per candidate (one recipe knob, or one coherent change to one function), so the result is \
 attributable. Candidates in one generation must differ from each other and from what the lineage shows \
-was already tried from this parent.
+was already tried from this parent (except a repair of a trusted finding that is still critical, whose \
+earlier tries gained over control but not surely: it may be tried again).
 - A unified diff against the parent harness as it is now: '--- a/<file>' and '+++ b/<file>' headers, \
 '@@' hunks with exact context lines (it is applied with `git apply`, no fuzz). Only edit existing \
 harness files. Keep recipe values inside the schema below; reward.py must keep \
