@@ -59,3 +59,19 @@ def test_a_changed_diff_gets_a_new_folder_and_a_broken_one_none(tmp_path):
         _child_overrides(cfg, load_flaw(copy), folder, [])
     assert err.value.label == "flaw_diff_invalid"
     assert not any(p.name.startswith(".build") for p in folder.iterdir())
+
+
+def test_job_seconds_count_every_job_of_every_arm_s_runs(tmp_path):
+    """The per-generation jobs (backtests, replays: the bulk of a flaw's cost) live in benchmarks/gen<g>/; once
+    only the run-level files were summed."""
+    from evotrainer.stages.flaws import _job_seconds, arm_runs
+
+    runs = {run for arms in arm_runs("suite", "f", 2, "tpe").values() for run, _ in arms.values()}
+    assert len(runs) == 4  # per seed: the loop's run (loop, flawed, reference arms) and the tuner's
+    for i, run in enumerate(sorted(runs)):
+        bench = tmp_path / run / "benchmarks"
+        (bench / "gen0").mkdir(parents=True)
+        (bench / "data.tsv").write_text("s\th:m:s\n1.5\t0:00:01\n")
+        (bench / "gen0" / "backtest_c1.tsv").write_text(f"s\th:m:s\n{100 + i}\t0:01:40\n")
+        (bench / "gen0" / "broken.tsv").write_text("not a benchmark")
+    assert _job_seconds(str(tmp_path), "suite", "f", 2, "tpe") == pytest.approx(4 * 101.5 + 0 + 1 + 2 + 3)

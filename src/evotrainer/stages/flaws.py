@@ -252,13 +252,13 @@ def _charged(layout: RunLayout, evaluated: str) -> int | None:
 
 
 def _job_seconds(results_dir: str, suite_run: str, flaw: str, seeds: int, tuner: str) -> float:
-    """Seconds of every job of the flaw's runs (their Snakemake benchmark files)."""
+    """Seconds of every job of the flaw's runs (their Snakemake benchmark files, the generations' included)."""
     import pandas as pd
 
     total = 0.0
     for arms in arm_runs(suite_run, flaw, seeds, tuner).values():
         for run in {run for run, _ in arms.values()}:
-            for tsv in RunLayout.at(results_dir, run).root.glob("benchmarks/*.tsv"):
+            for tsv in sorted((RunLayout.at(results_dir, run).root / "benchmarks").rglob("*.tsv")):
                 try:
                     total += float(pd.read_csv(tsv, sep="\t")["s"].sum())
                 except (OSError, ValueError, KeyError):
@@ -273,6 +273,10 @@ def collect(config_path: str, outcomes: list[str], out_json: str, out_md: str, o
 
     cfg = config(config_path)
     records = [read_json(path) for path in outcomes]
+    for record in records:  # from the runs' benchmark files where they are still there (outcomes written before
+        # the generations' jobs were counted said less)
+        counted = _job_seconds(cfg.results_dir, cfg.run, record["flaw"], cfg.flaws.seeds, cfg.flaws.tuner)
+        record["job_seconds"] = counted or record.get("job_seconds")
     table = suite_table(records, tuner=cfg.flaws.tuner, seeds=cfg.flaws.seeds, min_gap=cfg.flaws.min_gap,
                         confidence=cfg.search.confidence)
     table["command"] = f"snakemake flaws --config flaws_dir={cfg.flaws.dir} run={cfg.run}"
