@@ -8,7 +8,9 @@ parent, seeds and steps) and returns its evidence, so the veto is explained in t
   responses (AUC below threshold): the reward is not about correctness.
 - reward_false_positives: on val, verified-incorrect responses that the reward pays as much as a
   correct one (a lenient verifier: a latent hack that training has not exploited yet).
-- length_gaming: responses got much longer than the control's.
+- length_gaming: responses got much longer than the control's and than the parent's (the control's first
+  step): a control whose responses shrank as it collapsed does not make a candidate that kept its length look
+  like it gamed length.
 - exploration_collapse: entropy fell far below the control's while dead groups rose.
 - format_exploitation: the format is kept while verified correctness fell below the control's and the
   reward rose (the reward pays for looking right).
@@ -36,6 +38,11 @@ class GateThresholds:
 
 def _tail(log: pd.DataFrame, column: str) -> float:
     return float(log[column].tail(max(1, len(log) // 10)).mean())
+
+
+def _first(log: pd.DataFrame, column: str) -> float:
+    """The first logged step: what the parent policy sampled before any update of this backtest."""
+    return float(log.sort_values("step")[column].iloc[0]) if "step" in log else float(log[column].iloc[0])
 
 
 def reward_auc(val: pd.DataFrame) -> float | None:
@@ -83,9 +90,11 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
          + ("" if fp_rate is not None else " (no correct response to compare with)"))
 
     cand_len, ctrl_len = _tail(cand_log, "response_len_mean"), _tail(ctrl_log, "response_len_mean")
-    ratio = cand_len / max(ctrl_len, 1e-6)
+    parent_len = _first(ctrl_log, "response_len_mean")  # the same parent, same harness, before any update
+    ratio = cand_len / max(ctrl_len, parent_len, 1e-6)
     gate("length_gaming", ratio > t.length_ratio, ratio, t.length_ratio,
-         f"mean response length {cand_len:.2f} vs control {ctrl_len:.2f} tokens (last 10% of steps)")
+         f"mean response length {cand_len:.2f} vs control {ctrl_len:.2f} tokens (last 10% of steps) and the parent's "
+         f"{parent_len:.2f} (the control's first step); the ratio is to the longer")
 
     cand_ent, ctrl_ent = _tail(cand_log, "entropy"), _tail(ctrl_log, "entropy")
     dead_rise = _tail(cand_log, "dead_group_ratio") - _tail(ctrl_log, "dead_group_ratio")
@@ -99,3 +108,26 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
          val_acc_gain, -t.accuracy_tolerance,
          f"val format-ok rate {format_rate:.2f}, val accuracy {val_acc_gain:+.3f} vs control, reward {reward_gain:+.3f}")
     return gates
+
+
+COLLAPSE_DROP = 0.10  # training accuracy this far below the parent's first step...
+COLLAPSE_SHARE = 0.5  # ...and below this share of it: the slot destroyed what the parent had
+
+
+def training_collapse(run_dir: Path) -> dict | None:
+    """The evidence that a backtest's training destroyed its parent's skill (None where it did not): verified
+    training accuracy at the end (last 10% of steps) fell at least ``COLLAPSE_DROP`` below, and to at most
+    ``COLLAPSE_SHARE`` of, the first step's, which the parent policy sampled before any update. Used by select:
+    a kept control that collapsed is not the next parent (search.revert_collapsed_control)."""
+    path = Path(run_dir) / "train_log.parquet"
+    if not path.is_file():
+        return None
+    log = pd.read_parquet(path)
+    if "accuracy" not in log or len(log) < 2:
+        return None
+    start, end = _first(log, "accuracy"), _tail(log.sort_values("step") if "step" in log else log, "accuracy")
+    if not (end <= start - COLLAPSE_DROP and end <= COLLAPSE_SHARE * start):
+        return None
+    return {"start_accuracy": start, "end_accuracy": end, "steps": int(len(log)),
+            "evidence": f"verified training accuracy fell from {start:.3f} (first step: the parent) to {end:.3f} "
+                        f"(last 10% of {len(log)} steps)"}

@@ -133,7 +133,10 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                    + ("" if cfg.search.selection == "bootstrap" else ", not required by greedy selection")
                    + ")" if promoted != CONTROL
                    else "no candidate beat control by more than min_gain"
-                   + (" with its interval" if cfg.search.selection == "bootstrap" else "") + "; control's policy continues"),
+                   + (" with its interval" if cfg.search.selection == "bootstrap" else "")
+                   + ("; control's policy continues" if successor.get("policy") != "start" else
+                      f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
+                      "continues with this generation's starting policy")),
         "promoted_gain_interval": intervals.get(promoted),
         # what generation g+1 starts from: the promoted candidate (or the control), or in population mode the
         # member the archive chose (search.population; docs/population.md), with the path that led to it
@@ -167,7 +170,27 @@ def next_parent(cfg, earlier: pd.DataFrame, rows: pd.DataFrame, generation: int,
         chosen = population.next_parent(table, conf, seed=cfg.seed, generation=generation, alive=alive,
                                         fittest=generation == cfg.search.generations - 2) or chosen
     path = population.ancestry(table, (int(chosen["generation"]), str(chosen["candidate_id"])))
-    return chosen | {"path": [{"generation": g, "candidate_id": c} for g, c in path]}
+    chosen = chosen | {"path": [{"generation": g, "candidate_id": c} for g, c in path]}
+    if promoted == CONTROL and chosen["generation"] == generation and chosen["candidate_id"] == CONTROL \
+            and cfg.search.revert_collapsed_control and run_layout is not None:
+        chosen = chosen | revert_if_collapsed(run_layout, generation)
+    return chosen
+
+
+def revert_if_collapsed(run_layout: RunLayout, generation: int) -> dict:
+    """A kept control whose training destroyed its parent's skill (search.gates.training_collapse) is not carried
+    on: the next generation starts from the control's harness (this generation's, unchanged) with this
+    generation's starting policy, ``policy: start``, which promote copies. Nothing else changes: the lineage's
+    parent is still the control, and its compute stays charged. {} where the control did not collapse."""
+    from evotrainer.search.gates import training_collapse
+
+    collapse = training_collapse(run_layout.gen(generation).backtest(CONTROL).dir)
+    if collapse is None:
+        return {}
+    print(f"select: the kept control collapsed ({collapse['evidence']}); generation {generation + 1} starts "
+          f"from generation {generation}'s starting policy again")
+    return {"policy": "start", "collapse": collapse,
+            "how": "the control was kept but its training collapsed: its harness with this generation's starting policy"}
 
 
 def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, record: str | Path,
@@ -273,7 +296,11 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
               f"{successor['candidate_id']} ({successor.get('how')})")
     elif successor:
         chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
-    copy_tree(chosen.policy, out_policy)
+    policy = chosen.policy
+    if successor.get("policy") == "start":  # a kept control that collapsed (select.revert_if_collapsed)
+        policy = RunLayout.of(Path(selection).resolve()).gen(int(chosen_selection["generation"])).policy
+        print(f"promote: {successor.get('how')}: {(successor.get('collapse') or {}).get('evidence')}")
+    copy_tree(policy, out_policy)
     registered = chosen_selection.get("registered_diagnostics", [])
     if not registered:
         copy_tree(chosen.harness, out_harness)

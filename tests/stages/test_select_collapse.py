@@ -1,0 +1,114 @@
+"""A kept control whose training destroyed its parent's skill is not the next parent (search.revert_collapsed_control):
+the next generation starts from this generation's starting policy with the same harness. Measured reason
+(docs/flaws.md, arith_lr_far_off): 100 steps at ten times the learning rate took val 0.295 -> 0.010, and the
+collapsed control's policy became every later parent of both arms."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from evotrainer.config import compose
+from evotrainer.layout import RunLayout
+from evotrainer.search.gates import training_collapse
+from evotrainer.stages import select
+
+pytestmark = pytest.mark.fast
+
+
+def train_log(folder: Path, accuracy: list[float]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"step": np.arange(len(accuracy)), "accuracy": accuracy}).to_parquet(folder / "train_log.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("accuracy, collapsed", [
+    ([0.30, 0.10] + [0.01] * 18, True),  # the far-off learning rate
+    ([0.30] + [0.27] * 19, False),  # noise
+    ([0.30] + [0.45] * 19, False),  # learning
+    ([0.012] + [0.0] * 19, False),  # nothing to lose: under the absolute drop
+    ([0.40] + [0.25] * 19, False),  # a drop of 0.15, but to more than half the start
+    ([0.30], False),  # one step: no end to compare
+])
+def test_training_collapse_needs_a_large_and_relative_fall(tmp_path, accuracy, collapsed):
+    evidence = training_collapse(train_log(tmp_path / "run", accuracy))
+    assert (evidence is not None) is collapsed
+    if collapsed:
+        assert evidence["start_accuracy"] == pytest.approx(0.30) and evidence["end_accuracy"] == pytest.approx(0.01)
+        assert "fell from 0.300" in evidence["evidence"]
+
+
+def test_no_train_log_is_no_collapse(tmp_path):
+    assert training_collapse(tmp_path) is None
+
+
+def _cfg(revert: bool):
+    cfg = OmegaConf.create(OmegaConf.to_container(compose(["experiment=quick"]), resolve=True))
+    cfg.search.revert_collapsed_control = revert
+    return cfg
+
+
+def _generation(root: Path, control_accuracy: list[float]) -> RunLayout:
+    """gen0 as the backtest stage leaves it: its starting policy, and a control and a candidate trained from it."""
+    run = RunLayout(root / "results" / "r")
+    gen = run.gen(0)
+    gen.policy.mkdir(parents=True)
+    (gen.policy / "weights").write_text("start")
+    for cid, accuracy in (("control", control_accuracy), ("c1", [0.30] * 20)):
+        folder = gen.backtest(cid)
+        train_log(folder.dir, accuracy)
+        folder.policy.mkdir()
+        (folder.policy / "weights").write_text(f"trained {cid}")
+        folder.harness.mkdir()
+        (folder.harness / "recipe.yaml").write_text(f"lr: 2.0e-3  # {cid}\n")
+    return run
+
+
+def _rows(generation: int) -> pd.DataFrame:
+    return pd.DataFrame([{"generation": generation, "candidate_id": cid, "verdict": verdict,
+                          "parent_generation": None, "parent_candidate_id": None}
+                         for cid, verdict in (("control", "kept"), ("c1", "rejected"))])
+
+
+def _promote(run: RunLayout, successor: dict, out: Path) -> str:
+    selection = run.gen(0).selection
+    selection.parent.mkdir(parents=True, exist_ok=True)
+    selection.write_text(json.dumps({"generation": 0, "promoted": "control", "next_parent": successor}))
+    select.promote(str(selection), str(run.gen(0).backtests), str(out / "policy"), str(out / "harness"),
+                   str(out / "train_log.parquet"))
+    return (out / "policy" / "weights").read_text()
+
+
+def test_a_collapsed_control_hands_on_its_harness_with_the_generations_starting_policy(tmp_path):
+    run = _generation(tmp_path, [0.30, 0.05] + [0.01] * 18)
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), _rows(0), 0, "control", run)
+    assert successor["policy"] == "start" and successor["candidate_id"] == "control" and successor["generation"] == 0
+    assert successor["collapse"]["start_accuracy"] == pytest.approx(0.30)
+    out = tmp_path / "gen1"
+    assert _promote(run, successor, out) == "start"
+    assert "# control" in (out / "harness" / "recipe.yaml").read_text()  # the control's harness, unchanged
+    # the collapse stays on record: the next generation's parent train log is the control's
+    assert pd.read_parquet(out / "train_log.parquet")["accuracy"].iloc[-1] == pytest.approx(0.01)
+
+
+def test_a_healthy_control_or_the_switch_off_keeps_the_controls_policy(tmp_path):
+    healthy = _generation(tmp_path / "a", [0.30] * 20)
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), _rows(0), 0, "control", healthy)
+    assert "policy" not in successor
+    assert _promote(healthy, successor, tmp_path / "a" / "gen1") == "trained control"
+    collapsed = _generation(tmp_path / "b", [0.30, 0.05] + [0.01] * 18)
+    successor = select.next_parent(_cfg(False), pd.DataFrame(), _rows(0), 0, "control", collapsed)
+    assert "policy" not in successor
+    assert _promote(collapsed, successor, tmp_path / "b" / "gen1") == "trained control"
+
+
+def test_a_promoted_candidate_is_carried_on_whatever_the_control_did(tmp_path):
+    run = _generation(tmp_path, [0.30, 0.05] + [0.01] * 18)
+    rows = _rows(0).assign(verdict=["rejected", "promoted"])
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), rows, 0, "c1", run)
+    assert "policy" not in successor and successor["candidate_id"] == "c1"
