@@ -256,3 +256,35 @@ def test_a_repair_that_gained_but_not_surely_is_tried_again_while_its_finding_st
     assert not proposed([("no_gain", 0.010)], flagged("curriculum_starved_levels", severity="warn"))
     harness_layer = [dict(f, layer="harness") for f in critical]  # a harness's own diagnostics cannot ask for it
     assert not proposed([("no_gain", 0.010)], harness_layer)
+
+
+def test_a_flagged_disagreement_calls_the_repairs_of_the_direction_that_holds_its_rows():
+    # the code flaw's first generation (measured): 8.6% of all rows disagree, every one a failure the reward paid,
+    # but the paid share of failures (9.3%) is under reward_false_positive_rate's own 0.1. Here: 32 prompts x 8;
+    # 8 prompts solved twice, and 22 failures paid 1.0 by a reward that pays programs that crash.
+    rows = []
+    for i in range(32):
+        right = 2 if i < 8 else 0
+        paid = 1 if i < 22 else 0
+        rows += group(f"p{i}", "7", [("7", 1.0, True)] * right + [("crash", 1.0, False)] * paid
+                      + [("6", 0.0, False)] * (8 - right - paid))
+    from tests.scoring.test_trusted_findings import found
+
+    findings = list(found(ev(rows)).values())
+    by_name = {f["name"]: f for f in findings}
+    assert by_name["reward_verifier_disagreement"]["severity"] == "warn"
+    assert by_name["reward_false_positive_rate"]["severity"] == "ok"
+    assert by_name["reward_false_negative_rate"]["affected_rows"] == 0
+    harness = complete(SHIPPED / "code")
+    context = ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness), findings=findings,
+                              lineage=lineage.empty())
+    first = HeuristicAgent().propose(context, k=2)
+    assert [p.intervention for p in first] == ["all_or_nothing_reward", "pay_only_verified"]
+    assert first[0].targeted_findings == ["reward_false_positive_rate", "reward_verifier_disagreement"]
+    # the other direction's repairs are not called: no correct row went unpaid
+    assert not {"verdict_recheck", "lenient_answer_recheck"} & {p.intervention for p in first}
+    # without the disagreement flag, neither direction is lent anything
+    quiet = [f | {"severity": "ok"} if f["name"] == "reward_verifier_disagreement" else f for f in findings]
+    context = ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness), findings=quiet,
+                              lineage=lineage.empty())
+    assert not {"all_or_nothing_reward", "pay_only_verified"} & {p.intervention for p in HeuristicAgent().propose(context, k=2)}

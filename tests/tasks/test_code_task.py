@@ -44,6 +44,18 @@ def test_verify_labels_each_failure_category(task, response, category):
     assert v.details["total"] == 3 and v.details["passed"] == (3 if category is None else v.details["passed"])
 
 
+def test_an_answer_too_large_for_a_float_is_a_wrong_answer_not_a_crash(task):
+    # measured in the code flaw's run: a sampled `f=lambda x:x**x**x` returned an int past float range and
+    # math.isfinite raised OverflowError in the judge, which crashed the candidate's whole training (train_crash)
+    call = json.dumps({"inputs": ["3"], "outputs": ["30"], "fn_name": "f"})
+    assert not value_matches(str(10**400), 30) and not value_matches("30", 10**400)
+    assert value_matches(str(10**400), 10**400)
+    huge = task.verify(fenced("f=lambda x:x**(x*300)"), call)
+    assert huge.failure_category == "wrong_answer" and not huge.correct
+    assert task.verify(fenced("print(10**400)"), STDIO_TRUTH).failure_category == "wrong_answer"
+    assert stdout_matches(str(10**400), str(10**400)) and not stdout_matches("1" + "0" * 400, "7")
+
+
 def test_verl_ground_truth_as_given(task):
     # stdin/stdout with list-of-lines inputs and whitespace differences in the expected output
     truth = json.dumps({"inputs": [["2", "1 2"], ["3", "4 5 6"]], "outputs": ["3 \n", ["15"]]})

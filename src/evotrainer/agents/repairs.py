@@ -24,6 +24,10 @@ diagnosis measured is the one the repair applies. Each repair is applied at most
   never_solved_across_generations): every prompt of the pool sampled equally (not proposed where the curriculum
   is uniform already).
 
+A flagged ``reward_verifier_disagreement`` lends its weight to the direction that holds its rows
+(``lend_disagreement``): in the code flaw's first generation it was at warn (8.6% of rows, all paid failures)
+while the false-positive share of failures was 9.3%, under its own 0.1.
+
 Truncation (the trusted truncation_rate) is a knob's: the catalogue's ``raise_max_response_len``.
 """
 
@@ -244,6 +248,25 @@ def prompt_weights(pool, evidence=None):
     kept = _label_np.where(drop, 0.0, weights)
     return kept if kept.sum() > 0 else weights
 '''
+
+DISAGREEMENT = "reward_verifier_disagreement"
+DIRECTIONS = ("reward_false_positive_rate", "reward_false_negative_rate")
+
+
+def lend_disagreement(severity: dict[str, float], findings: list[dict]) -> dict[str, float]:
+    """The weight of a flagged ``reward_verifier_disagreement`` (a share of all rows, which can cross its threshold
+    while neither direction's share of its own rows does) lent to the directions that hold its rows, in proportion
+    to their affected rows: the reward repairs are keyed by direction. Returns the names that received weight."""
+    weight = severity.get(DISAGREEMENT, 0.0)
+    rows = {f["name"]: int(f.get("affected_rows") or 0) for f in findings if f["name"] in DIRECTIONS}
+    total = sum(rows.values())
+    if weight <= 0 or total <= 0:
+        return {}
+    lent = {name: weight * n / total for name, n in rows.items() if n > 0}
+    for name, extra in lent.items():
+        severity[name] = max(severity.get(name, 0.0), extra)
+    return lent
+
 
 REPAIRS: tuple[Intervention, ...] = (
     Intervention(
