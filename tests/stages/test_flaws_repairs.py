@@ -44,3 +44,43 @@ def test_shipped_contact_names_restored_and_reaching_files(tmp_path):
     assert shipped_contact(by_name, flaw, reference)[1] == ["reward.py"]
     docstring_only = harness(tmp_path / "doc", '"""Unlike evotrainer\'s shipped reward."""\ndef compute_score(*a):\n    return 0.0\n')
     assert shipped_contact(docstring_only, flaw, reference) == ([], [])
+
+
+def test_code_the_starting_harness_already_had_is_not_the_loops_reach(tmp_path):
+    # measured: the shipped code harness's diagnostics.py imports evotrainer.contracts.harness, so every loop on a
+    # code flaw was refused as "reaches a shipped file" for a line it never wrote
+    reference = harness(tmp_path / "reference", SHIPPED)
+    flaw = Flaw(name="f", folder=tmp_path, diff=DIFF)
+    shipped_import = "from evotrainer.contracts.harness import load_module\n\n\ndef diagnose(ev):\n    return []\n"
+    start = harness(tmp_path / "start", SHIPPED.replace("return 1.0", "return 2.0"))
+    (start / "diagnostics.py").write_text(shipped_import)
+    repaired = harness(tmp_path / "repaired", SHIPPED.replace("return 1.0", "return 0.5 + 0.5"))
+    (repaired / "diagnostics.py").write_text(shipped_import)
+    assert shipped_contact(repaired, flaw, reference, start=start) == ([], [])
+    # a reaching line the loop added, in the same file or another, still counts
+    (repaired / "diagnostics.py").write_text(shipped_import + "from evotrainer.tasks.harnesses.code import diagnostics\n")
+    assert shipped_contact(repaired, flaw, reference, start=start) == ([], ["diagnostics.py"])
+    # a new use of a name the shipped import binds is a reach too
+    (repaired / "diagnostics.py").write_text(shipped_import + "SHIPPED = load_module('/x', 'reward')\n")
+    assert shipped_contact(repaired, flaw, reference, start=start) == ([], ["diagnostics.py"])
+    (repaired / "diagnostics.py").write_text(shipped_import)
+    (repaired / "reward.py").write_text("import importlib\ncompute_score = importlib.import_module('x').f\n")
+    assert shipped_contact(repaired, flaw, reference, start=start) == ([], ["reward.py"])
+    # without a start, every reaching line counts, as before
+    assert shipped_contact(repaired, flaw, reference)[1] == ["diagnostics.py", "reward.py"]
+
+
+def test_an_outcome_written_under_the_old_rule_is_counted_again_from_its_loop_run(tmp_path):
+    from evotrainer.layout import RunLayout
+    from evotrainer.stages.flaws_repairs import recount_reaches
+
+    loop = RunLayout(tmp_path / "results" / "r")
+    shipped_import = "from evotrainer.contracts.harness import load_module\n"
+    for g, reward in ((0, SHIPPED), (1, SHIPPED.replace("return 1.0", "return 0.5 + 0.5"))):
+        folder = harness(loop.gen(g).harness, reward)
+        (folder / "diagnostics.py").write_text(shipped_import)
+    old = {"restored_shipped": [], "reaches_shipped": ["diagnostics.py"], "repair_counts": False, "repairs": [1]}
+    assert recount_reaches(loop, old) == old | {"reaches_shipped": [], "repair_counts": True}
+    restored = old | {"restored_shipped": ["reward.py"]}
+    assert recount_reaches(loop, restored)["repair_counts"] is False
+    assert recount_reaches(RunLayout(tmp_path / "gone"), old) == old  # the run is gone: the outcome stands

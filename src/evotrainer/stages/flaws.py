@@ -270,6 +270,7 @@ def collect(config_path: str, outcomes: list[str], out_json: str, out_md: str, o
     """Stage `flaws`: every flaw's outcome -> flaws.json, flaws.md, flaws.png (report/flaws.py)."""
     from evotrainer.report.flaws import suite_table, write_markdown, write_plot
     from evotrainer.stages.common import config
+    from evotrainer.stages.flaws_repairs import recount_reaches
 
     cfg = config(config_path)
     records = [read_json(path) for path in outcomes]
@@ -277,6 +278,12 @@ def collect(config_path: str, outcomes: list[str], out_json: str, out_md: str, o
         # the generations' jobs were counted said less)
         counted = _job_seconds(cfg.results_dir, cfg.run, record["flaw"], cfg.flaws.seeds, cfg.flaws.tuner)
         record["job_seconds"] = counted or record.get("job_seconds")
+        # and the shipped-harness contact, from the loop runs still there (a line the starting harness already
+        # had is not the loop's: outcomes written before that rule refused every code flaw's repair)
+        for entry in (record.get("seeds") or {}).values():
+            loop = (entry.get("arms") or {}).get("loop") or {}
+            if loop.get("run"):
+                entry.update(recount_reaches(RunLayout.at(cfg.results_dir, loop["run"]), entry))
     table = suite_table(records, tuner=cfg.flaws.tuner, seeds=cfg.flaws.seeds, min_gap=cfg.flaws.min_gap,
                         confidence=cfg.search.confidence)
     table["command"] = f"snakemake flaws --config flaws_dir={cfg.flaws.dir} run={cfg.run}"

@@ -42,9 +42,21 @@ def loop_repairs(loop: RunLayout, flaw: Flaw, reference: Path) -> dict[str, Any]
                             "targeted_findings": [str(f) for f in findings] if findings is not None else [],
                             "files": sorted(touched_files(diff)), "hypothesis": str(row.get("hypothesis") or "")[:500]})
     final = _final_harness(loop)
-    restored, reaches = shipped_contact(final, flaw, reference) if final else ([], [])
+    start = loop.gen(0).harness
+    restored, reaches = (shipped_contact(final, flaw, reference, start=start if start.is_dir() else None)
+                         if final else ([], []))
     return {"repairs": repairs, "restored_shipped": restored, "reaches_shipped": reaches,
             "repair_counts": not restored and not reaches}
+
+
+def recount_reaches(loop: RunLayout, entry: dict[str, Any]) -> dict[str, Any]:
+    """A seed's outcome entry with ``reaches_shipped`` and ``repair_counts`` counted again from its loop run, where
+    that run is still on disk (outcomes written before the starting harness's own lines were set aside said more)."""
+    final, start = _final_harness(loop), loop.gen(0).harness
+    if final is None or not start.is_dir() or "reaches_shipped" not in entry:
+        return entry
+    reaches = reaching_files(final, start)
+    return entry | {"reaches_shipped": reaches, "repair_counts": not entry.get("restored_shipped") and not reaches}
 
 
 def _final_harness(loop: RunLayout) -> Path | None:
@@ -55,18 +67,43 @@ def _final_harness(loop: RunLayout) -> Path | None:
     return None
 
 
-def shipped_contact(final: Path, flaw: Flaw, reference: Path) -> tuple[list[str], list[str]]:
+def shipped_contact(final: Path, flaw: Flaw, reference: Path, start: Path | None = None) -> tuple[list[str], list[str]]:
     """(files the flaw changed that the final harness has back at their shipped text, files whose code reaches
-    for a shipped harness). ``reference``: the shipped harness the flaw was applied to (stages/flaws.py)."""
-    restored, reaches = [], []
+    for a shipped harness). ``reference``: the shipped harness the flaw was applied to (stages/flaws.py).
+    ``start``: the loop's starting (flawed) harness; a reaching line it already had is not the loop's (the shipped
+    code harness's diagnostics.py imports the package), only lines the loop added count."""
+    restored = []
     for name in sorted(touched_files(flaw.diff)):
         ours, shipped = final / name, reference / name
         if ours.is_file() and shipped.is_file() and same_up_to_formatting(ours, shipped):
             restored.append(name)
+    return restored, reaching_files(final, start)
+
+
+def reaching_files(final: Path, start: Path | None) -> list[str]:
+    """The final harness's Python files with a reaching line that ``start`` (the loop's starting harness) did not
+    have; every reaching line counts without a start."""
+    reaches = []
     for path in sorted(final.iterdir()):
-        if path.is_file() and path.suffix == ".py" and REACHES_SHIPPED.search(_code_only(path)):
-            reaches.append(path.name)
-    return restored, reaches
+        if path.is_file() and path.suffix == ".py":
+            had = _reaching_lines(start / path.name) if start is not None and (start / path.name).is_file() else set()
+            if _reaching_lines(path) - had:
+                reaches.append(path.name)
+    return reaches
+
+
+def _reaching_lines(path: Path) -> set[str]:
+    """The lines of the file's code (comments and docstrings dropped, formatting normalised) that reach for the
+    package or its harnesses: that name it, or use a name a reaching import binds (``load_module`` after
+    ``from evotrainer.contracts.harness import load_module``)."""
+    lines = [line.strip() for line in _code_only(path).splitlines()]
+    bound: set[str] = set()
+    for line in lines:
+        if REACHES_SHIPPED.search(line) and line.startswith(("from ", "import ")):
+            names = line.split(" import ", 1)[1] if " import " in line else line[len("import "):]
+            bound |= {part.split(" as ")[-1].strip(" ()") for part in names.split(",")}
+    uses = re.compile(r"\b(" + "|".join(map(re.escape, sorted(bound))) + r")\b") if bound else None
+    return {line for line in lines if REACHES_SHIPPED.search(line) or (uses is not None and uses.search(line))}
 
 
 def same_up_to_formatting(a: Path, b: Path) -> bool:
