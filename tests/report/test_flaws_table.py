@@ -72,3 +72,14 @@ def test_a_seed_missing_an_arm_is_left_out_and_named(tmp_path):
     rec["seeds"]["1"]["arms"]["tuner"]["test_rollouts"] = None
     row = suite_table([rec], tuner="tpe", seeds=2, min_gap=0.1)["flaws"][0]
     assert row["seeds_scored"] == 1 and row["seeds_missing"] == ["1"]
+
+
+def test_arms_charged_differently_are_marked_unequal(tmp_path):
+    # measured: under swe_quick's steps budget the tuner's trials sampled larger batches, 3,884 episodes to 1,024
+    unequal = record(tmp_path, "steps", {"loop": 0.77, "tuner": 0.77, "flawed": 0.0, "reference": 0.8}, seeds=1)
+    unequal["seeds"]["0"]["arms"]["tuner"]["charged"] = 3884
+    equal = record(tmp_path, "resp", {"loop": 0.45, "tuner": 0.22, "flawed": 0.2, "reference": 0.5}, seeds=1)
+    text = write_markdown(suite_table([unequal, equal], tuner="tpe", seeds=1, min_gap=0.10))
+    row = next(line for line in text.splitlines() if line.startswith("| steps |"))
+    assert "**unequal**: loop 6,144, tuner 3,884, flawed 6,144, reference 6,144" in row
+    assert "unequal" not in next(line for line in text.splitlines() if line.startswith("| resp |"))

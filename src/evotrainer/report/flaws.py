@@ -142,7 +142,7 @@ def write_markdown(table: dict) -> str:
             _pct(acc.get("flawed")), _pct(acc.get("reference")), _pct(row.get("gap")),
             _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")),
             _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")),
-            _int(charged.get("loop")), _int(row.get("job_seconds"))]) + " |")
+            _charged_cell(charged), _int(row.get("job_seconds"))]) + " |")
     verdict = table["verdict"]
     lines += ["", f"Non-knob flaws admitted: {verdict['non_knob_admitted']}; the loop recovers >= "
                   f"{int(table['goal'] * 100)}% on {verdict['loop_recovers_70pct']}, the tuner on "
@@ -159,6 +159,15 @@ def write_markdown(table: dict) -> str:
         if row.get("detail"):
             lines.append(f"- {row['flaw']}: {row['detail'][:400]}")
     return "\n".join(lines) + "\n"
+
+
+def _charged_cell(charged: dict) -> str:
+    """One number where every arm was charged the same; else each arm's, marked: such a row is not at equal
+    compute (e.g. a steps budget, where a tuner's trial that samples larger batches is charged more)."""
+    known = {arm: value for arm, value in charged.items() if value is not None}
+    if len({round(v) for v in known.values()}) <= 1:
+        return _int(charged.get("loop"))
+    return "**unequal**: " + ", ".join(f"{arm} {_int(value)}" for arm, value in known.items())
 
 
 def write_plot(table: dict, out_png: str) -> None:
