@@ -378,7 +378,7 @@ class SearchConf:
     min_gain: float = 0.0
     baseline: bool = True
     # also the fixed recipe trained on as many sampled responses as the promoted path was charged: auto = where the
-    # trainer implements a responses budget (local trainer, single-turn task); true | false (matched_baseline_on)
+    # trainer implements a responses budget (the local trainer); true | false (matched_baseline_on)
     baseline_matched: str = satisfies("auto", test=lambda v: str(v).lower() in ("auto", "true", "false"),
                                       allowed="auto, true or false")
     # also the fixed recipe trained for the whole search's budget: generations x (1 + agent.max_candidates) x seeds
@@ -712,9 +712,6 @@ def validate(cfg: DictConfig) -> DictConfig:
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
     multi_turn = "multi_turn" in task_supports(merged.task.name)
     explicit_matched = str(merged.search.baseline_matched).lower() == "true"
-    if multi_turn and (merged.search.budget_unit != "steps" or explicit_matched):
-        raise ConfigError(f"config: task={merged.task.name} trains multi-turn episodes, which count optimizer steps "
-                          "only: set search.budget_unit=steps and search.baseline_matched=auto or false")
     if explicit_matched and merged.trainer.name != "local":
         raise ConfigError("config: search.baseline_matched trains under a responses budget, which only the local "
                           f"trainer implements (trainer.name={merged.trainer.name})")
@@ -805,14 +802,15 @@ def search_slots(cfg: DictConfig) -> int:
 
 def matched_baseline_on(cfg: DictConfig) -> bool:
     """Whether the run trains the equal-charged-responses arm (``search.baseline_matched``): true, or auto where
-    the local trainer implements a responses budget (single-turn tasks)."""
+    the local trainer implements a responses budget."""
     value = str(cfg.search.baseline_matched).lower()
     return value == "true" or (value == "auto" and responses_budget_supported(cfg))
 
 
 def responses_budget_supported(cfg: DictConfig) -> bool:
-    """Whether the trainer implements a budget of sampled responses for this task (local trainer, single-turn)."""
-    return cfg.trainer.name == "local" and "multi_turn" not in task_supports(cfg.task.name)
+    """Whether the trainer implements a budget of sampled responses for this task: the local trainer (single-turn
+    responses, or multi-turn episodes); verl trains for steps."""
+    return cfg.trainer.name == "local"
 
 
 def initial_harness_path(cfg: DictConfig) -> Path:
@@ -827,7 +825,7 @@ def equal_compute_budget(cfg: DictConfig) -> dict[str, Any] | None:
     """For the headline's runs: a ``search.budget_unit=steps`` config turned into the same budget in sampled
     responses (steps_per_generation x prompts_per_step x group_size of the starting recipe), so that every slot of
     every arm spends exactly that and no knob buys extra samples (contracts.ledger); None where the config
-    already budgets responses or tokens, or where only steps are implemented (trainer=verl, multi-turn tasks)."""
+    already budgets responses or tokens, or where only steps are implemented (trainer=verl)."""
     from evotrainer.contracts.harness import load_recipe
 
     search = cfg.search

@@ -198,6 +198,30 @@ def test_train_runs_steps_and_logs_episode_statistics(policy, task_rows):
         mt.check_env_knobs({"max_turns": 0})
 
 
+def test_train_under_an_episodes_budget_samples_exactly_that_many_whatever_the_batch(policy, task_rows):
+    """A responses budget is met exactly in episodes (the last round draws only the groups that fit), so a
+    recipe with a larger batch takes fewer steps and no extra episodes (contracts.ledger)."""
+    from evotrainer.contracts.harness import load_recipe
+    from evotrainer.scoring import InProcessReward
+
+    model, tokenizer = policy
+    task, rows = task_rows
+    base = {**load_recipe(task.default_harness()), "max_response_len": 8, "kl_coef": 0.0}
+    knobs = {"max_turns": 1}
+    reward = InProcessReward(lambda *a: 0.0)
+    small = mt.train(model, tokenizer, base | {"prompts_per_step": 1, "group_size": 2}, rows, reward, task=task,
+                     steps=99, seed=0, env_knobs=knobs, budget_unit="responses", budget=6)
+    large = mt.train(model, tokenizer, base | {"prompts_per_step": 2, "group_size": 2}, rows, reward, task=task,
+                     steps=99, seed=0, env_knobs=knobs, budget_unit="responses", budget=6)
+    assert small["samples_generated"].tolist() == [2, 2, 2]
+    assert large["samples_generated"].tolist() == [4, 2]  # the last step draws only the one group that fits
+    tokens = mt.train(model, tokenizer, base | {"prompts_per_step": 1, "group_size": 2}, rows, reward, task=task,
+                      steps=99, seed=0, env_knobs=knobs, budget_unit="tokens", budget=1)
+    assert len(tokens) == 1 and tokens["generated_tokens"].sum() >= 1
+    with pytest.raises(ValueError, match="budget must be > 0"):
+        mt.train(model, tokenizer, base, rows, reward, task=task, steps=1, seed=0, budget_unit="responses", budget=0)
+
+
 def test_chat_tokens_glue_follows_the_template(policy):
     _, tokenizer = policy
     chat = ChatTokens(tokenizer, [{"role": "user", "content": "hi"}])

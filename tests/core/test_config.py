@@ -74,10 +74,14 @@ def test_a_compute_budget_needs_an_amount_and_scales_with_the_arm():
     assert compute_budget(compose([]), 200) == {"budget_unit": "steps", "budget": 0}
 
 
-def test_multi_turn_tasks_refuse_compute_budgets():
-    with pytest.raises(ConfigError, match="multi-turn episodes"):
-        compose(["task=agentic", "search.baseline_matched=true"])
+def test_multi_turn_tasks_take_compute_budgets_in_episodes():
+    from evotrainer.stages.backtest import compute_budget
+
+    cfg = compose(["task=agentic", "search.budget_unit=responses", "search.budget=64"])
+    assert compute_budget(cfg, cfg.search.steps_per_generation) == {"budget_unit": "responses", "budget": 64}
     assert compose(["task=agentic"]).search.budget_unit == "steps"
+    with pytest.raises(ConfigError, match="implemented by the local trainer"):
+        compose(["task=agentic", "trainer=verl", "search.budget_unit=responses", "search.budget=64"])
 
 
 def test_the_equal_samples_arm_matches_the_promoted_path_per_seed_in_the_budget_unit(tmp_path):

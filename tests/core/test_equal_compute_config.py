@@ -8,10 +8,12 @@ from evotrainer.config import (
     ConfigError,
     compose,
     equal_compute_budget,
+    initial_harness_path,
     matched_baseline_on,
     search_slots,
     validate,
 )
+from evotrainer.contracts.harness import load_recipe
 
 pytestmark = pytest.mark.fast
 
@@ -22,20 +24,25 @@ def test_a_steps_budget_becomes_the_same_budget_in_responses_for_the_headline():
     wider = validate(compose(["search.steps_per_generation=12", "harness.recipe.group_size=16"]))
     assert equal_compute_budget(wider)["budget"] == 12 * 32 * 16  # the starting recipe's batch, as written
     assert equal_compute_budget(validate(compose(["search.budget_unit=responses", "search.budget=640"]))) is None
-    assert equal_compute_budget(validate(compose(["task=agentic"]))) is None  # multi-turn: steps only
+    # multi-turn: the same budget in episodes (the multi-turn trainer counts an episode as one response)
+    agentic = validate(compose(["task=agentic", "search.steps_per_generation=12"]))
+    recipe = load_recipe(initial_harness_path(agentic))
+    assert equal_compute_budget(agentic) == {"budget_unit": "responses",
+                                             "budget": 12 * recipe["prompts_per_step"] * recipe["group_size"]}
+    assert equal_compute_budget(validate(compose(["trainer=verl"]))) is None  # verl trains for steps
     # a task that cannot load (its data folder is missing): no budget, and no error here; preflight names it
     assert equal_compute_budget(validate(compose(["task=math", "task.data_dir=/nonexistent/data"]))) is None
 
 
 def test_the_equal_charged_responses_arm_is_on_wherever_it_can_run():
     assert matched_baseline_on(validate(compose([])))
-    assert not matched_baseline_on(validate(compose(["task=agentic"])))
+    assert matched_baseline_on(validate(compose(["task=agentic"])))
+    assert not matched_baseline_on(validate(compose(["trainer=verl"])))
     assert not matched_baseline_on(validate(compose(["search.baseline_matched=false"])))
     assert validate(compose(["search.baseline_matched=True"])).search.baseline_matched == "true"
     with pytest.raises(ConfigError, match="'search.baseline_matched' = 'sometimes'"):
         validate(compose(["search.baseline_matched=sometimes"]))
-    with pytest.raises(ConfigError, match="multi-turn"):
-        validate(compose(["task=agentic", "search.baseline_matched=true"]))
+    assert validate(compose(["task=agentic", "search.baseline_matched=true"])).search.baseline_matched == "true"
 
 
 def test_the_whole_search_has_control_plus_candidates_under_every_seed():

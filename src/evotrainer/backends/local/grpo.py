@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from evotrainer.backends.local.budget import check_budget, round_prompts
 from evotrainer.backends.local.rollouts import ScoredBatch, sample_and_score
 from evotrainer.contracts.evidence import alive_groups
 from evotrainer.contracts.task import Task
@@ -121,10 +122,7 @@ def train(
     spent instead of for ``steps`` steps. Every sampling round (dynamic sampling's refills too) spends from
     it; a responses budget is met exactly (the last round samples only the groups that fit), a tokens budget
     overshoots by at most one round."""
-    if budget_unit not in ("steps", "responses", "tokens"):
-        raise ValueError(f"budget_unit={budget_unit!r}: choose steps, responses or tokens")
-    if budget_unit != "steps" and budget <= 0:
-        raise ValueError(f"a {budget_unit} budget must be > 0, got {budget}")
+    check_budget(budget_unit, budget)
     device = next(model.parameters()).device
     forward = partial(autocast, device, precision)
     rng = np.random.default_rng(seed)
@@ -147,18 +145,13 @@ def train(
     by_steps = budget_unit == "steps"
     spent = 0  # responses or generated tokens sampled so far (budget_unit != "steps")
 
-    def round_prompts() -> int:
-        """Prompts the next sampling round may draw (0: the budget is spent)."""
-        if by_steps:
-            return n_prompts
-        if budget_unit == "responses":
-            return min(n_prompts, (budget - spent) // group)
-        return n_prompts if spent < budget else 0
+    def draw_size() -> int:
+        return round_prompts(budget_unit, budget, spent, n_prompts, group)
 
     with progress:
         bar = progress.add_task("train", total=steps if by_steps else budget, info="")
         step = -1
-        while (step + 1 < steps) if by_steps else round_prompts() > 0:
+        while (step + 1 < steps) if by_steps else draw_size() > 0:
             step += 1
             model.eval()
             kept: list[ScoredBatch] = []
@@ -169,7 +162,7 @@ def train(
             kept_groups = 0
             sample_start = time.time()
             for _ in range(rounds):
-                draw = round_prompts()
+                draw = draw_size()
                 if draw <= 0:
                     break
                 idx = rng.choice(len(pool), size=draw, p=probs, replace=draw > live_prompts)

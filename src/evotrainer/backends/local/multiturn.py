@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 
 from evotrainer import envs
+from evotrainer.backends.local.budget import check_budget, round_prompts
 from evotrainer.backends.local.sampler import sample
 from evotrainer.contracts.harness import ENV_SCHEMA, check_env
 from evotrainer.contracts.task import Task, metadata_of
@@ -294,10 +295,15 @@ def filter_episodes(episodes: Sequence[Episode], mode: str = "none") -> list[Epi
 
 def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward: Reward, *, task: Task, steps: int,
           seed: int, env_knobs: dict | None = None, weights: np.ndarray | None = None, max_context: int = 1024,
-          on_step: Callable[[dict], None] | None = None, env_workers: int = 2) -> pd.DataFrame:
+          on_step: Callable[[dict], None] | None = None, env_workers: int = 2, budget_unit: str = "steps",
+          budget: int = 0) -> pd.DataFrame:
     """``steps`` multi-turn GRPO steps on the agentic ``pool`` (task rows), in place; returns the train log
     (the single-turn log's columns where they apply, plus turns_mean, tool_calls_mean,
-    invalid_action_rate, submit_rate). ``accuracy`` is the environments' verdict (env_reward >= 1)."""
+    invalid_action_rate, submit_rate). ``accuracy`` is the environments' verdict (env_reward >= 1).
+
+    ``budget_unit`` "responses" / "tokens" (budget.py): train until ``budget`` episodes / policy tokens are
+    sampled instead of for ``steps`` steps, so that a recipe with larger batches is not charged more."""
+    check_budget(budget_unit, budget)
     knobs = check_env_knobs(env_knobs)
     overrides = {k: knobs[k] for k in ("max_turns", "max_observation_chars") if k in knobs}
     rng = np.random.default_rng(seed)
@@ -310,12 +316,18 @@ def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward: Reward, *,
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"], weight_decay=recipe["weight_decay"])
     n_prompts, log, start = recipe["prompts_per_step"], [], time.time()
-    for step in range(steps):
+    spent, step = 0, -1  # episodes or policy tokens sampled so far (budget_unit != "steps")
+    while (step + 1 < steps) if budget_unit == "steps" else \
+            round_prompts(budget_unit, budget, spent, n_prompts, recipe["group_size"]) > 0:
+        step += 1
         sample_start = time.time()
         kept: list[Episode] = []
         played: list[Episode] = []
         for _round in range(recipe["dynamic_sampling_max_batches"] if recipe["dynamic_sampling"] else 1):
-            idx = rng.choice(len(pool), size=n_prompts, p=probs, replace=n_prompts > int((probs > 0).sum()))
+            draw = round_prompts(budget_unit, budget, spent, n_prompts, recipe["group_size"])
+            if draw <= 0:
+                break
+            idx = rng.choice(len(pool), size=draw, p=probs, replace=draw > int((probs > 0).sum()))
             episodes = rollout(model, tokenizer, specs_from_rows(pool.iloc[idx]), group_size=recipe["group_size"],
                                max_new_tokens=recipe["max_response_len"], temperature=recipe["temperature"],
                                top_p=recipe["top_p"], max_context=max_context, generator=generator,
@@ -324,6 +336,7 @@ def train(model, tokenizer, recipe: dict, pool: pd.DataFrame, reward: Reward, *,
                 ep.group += len(played)
             score_episodes(episodes, pool.iloc[np.repeat(idx, recipe["group_size"])].reset_index(drop=True), reward, task)
             played += episodes
+            spent += len(episodes) if budget_unit == "responses" else sum(ep.response_tokens for ep in episodes)
             chosen = filter_episodes(episodes, knobs.get("episode_filter", "none"))
             if recipe["dynamic_sampling"]:
                 _, alive = group_advantages(chosen) if chosen else (None, np.array([], dtype=bool))

@@ -40,9 +40,6 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
         from evotrainer.contracts.harness import load_env
 
         env_knobs = load_env(job.harness)
-        if job.budget_unit != "steps":
-            raise ValueError(f"search.budget_unit={job.budget_unit}: multi-turn training counts optimizer steps only; "
-                             f"set search.budget_unit=steps for task={cfg.task.name}")
     seed = runtime.seed_for(cfg.seed, job.generation, job.seed_index)
     out = Path(job.out)
     heartbeat = out / "progress.json"  # the supervising stage reads it to tell a hang from slow progress
@@ -62,7 +59,8 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
             if multi_turn:
                 chunk_log = multiturn_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps,
                                             seed=seed + chunk, env_knobs=env_knobs, weights=weights, on_step=beat,
-                                            env_workers=job.threads, max_context=int(model.config.max_position_embeddings))
+                                            env_workers=job.threads, max_context=int(model.config.max_position_embeddings),
+                                            budget_unit=job.budget_unit, budget=job.budget // job.restarts)
             else:
                 chunk_log = grpo_train(model, tokenizer, recipe, pool, reward, task=task, steps=chunk_steps,
                                        seed=seed + chunk, weights=weights, precision=cfg.trainer.precision, on_step=beat,
