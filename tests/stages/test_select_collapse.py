@@ -21,9 +21,12 @@ from evotrainer.stages import select
 pytestmark = pytest.mark.fast
 
 
-def train_log(folder: Path, accuracy: list[float]) -> Path:
+def train_log(folder: Path, accuracy: list[float], samples: int | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"step": np.arange(len(accuracy)), "accuracy": accuracy}).to_parquet(folder / "train_log.parquet")
+    log = pd.DataFrame({"step": np.arange(len(accuracy)), "accuracy": accuracy})
+    if samples is not None:
+        log["samples_generated"] = samples
+    log.to_parquet(folder / "train_log.parquet")
     return folder
 
 
@@ -41,6 +44,22 @@ def test_training_collapse_needs_a_large_and_relative_fall(tmp_path, accuracy, c
     if collapsed:
         assert evidence["start_accuracy"] == pytest.approx(0.30) and evidence["end_accuracy"] == pytest.approx(0.01)
         assert "fell from 0.300" in evidence["evidence"]
+
+
+@pytest.mark.parametrize("accuracy, samples, collapsed", [
+    # the code flaw's tuner control, seed 1: 0.070 of 128 responses, then none of 4 x 128 (z = 6.0)
+    ([0.070] + [0.0] * 39, 128, True),
+    ([2 / 128] + [0.0] * 39, 128, False),  # two lucky answers (z = 2.8)
+    ([0.25] + [0.0] * 19, 8, False),  # 2 of 8, then none of 16: too few responses to tell (z = 2.1)
+    ([0.30, 0.10] + [0.01] * 18, 128, True),  # the far-off learning rate
+    ([0.30] + [0.27] * 19, 128, False),  # noise
+    ([0.40] + [0.25] * 19, 4096, False),  # significant, but to more than half the start
+])
+def test_with_sample_counts_the_fall_must_be_beyond_sampling_noise(tmp_path, accuracy, samples, collapsed):
+    evidence = training_collapse(train_log(tmp_path / "run", accuracy, samples))
+    assert (evidence is not None) is collapsed
+    if collapsed:
+        assert evidence["z"] >= 3.0 and "z = " in evidence["evidence"]
 
 
 def test_no_train_log_is_no_collapse(tmp_path):
