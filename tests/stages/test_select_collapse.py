@@ -47,7 +47,7 @@ def test_training_collapse_needs_a_large_and_relative_fall(tmp_path, accuracy, c
 
 
 @pytest.mark.parametrize("accuracy, samples, collapsed", [
-    # the code flaw's tuner control, seed 1: 0.070 of 128 responses, then none of 4 x 128 (z = 6.0)
+    # a weak parent lost (the code flaw's tuner control, seed 1, had 0.070 of 256, then none): 9 of 128, then 0 of 512
     ([0.070] + [0.0] * 39, 128, True),
     ([2 / 128] + [0.0] * 39, 128, False),  # two lucky answers (z = 2.8)
     ([0.25] + [0.0] * 19, 8, False),  # 2 of 8, then none of 16: too few responses to tell (z = 2.1)

@@ -121,7 +121,7 @@ def training_collapse(run_dir: Path) -> dict | None:
     the parent policy sampled before any update, and the fall is no sampling noise: a one-sided two-proportion
     test over the responses each sampled (``samples_generated``) gives z >= ``COLLAPSE_Z`` (a log without
     counts: a fall of at least ``COLLAPSE_DROP``). A test rather than a fixed drop, so that a weak parent's skill
-    (0.07 of 128 responses, lost to 0 of 512) counts, and two lucky answers do not. Used by select: a kept
+    (0.07 of 256 responses, lost to 0 of 1,024) counts, and two lucky answers do not. Used by select: a kept
     control that collapsed is not the next parent (search.revert_collapsed_control)."""
     path = Path(run_dir) / "train_log.parquet"
     if not path.is_file():
