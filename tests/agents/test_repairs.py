@@ -98,7 +98,7 @@ def test_repairs_are_proposed_only_when_flagged_and_before_the_knobs():
                                                severity="critical") + flagged("reward_false_negative_rate"),
                               lineage=lineage.empty())
     first = HeuristicAgent().propose(context, k=3)
-    assert [p.intervention for p in first] == ["lenient_answer_recheck", "verdict_recheck", "dynamic_sampling"]
+    assert [p.intervention for p in first] == ["verdict_recheck", "lenient_answer_recheck", "dynamic_sampling"]
     assert first[0].targeted_findings == ["reward_false_negative_rate"]
 
 

@@ -8,11 +8,11 @@ with any reward), a curriculum repair wraps or replaces ``prompt_weights``.
 The lenient answer rule (``scoring.answers``) is appended verbatim where a repair needs it, so the rule the
 diagnosis measured is the one the repair applies. Each repair is applied at most once (its marker comment).
 
+- ``verdict_recheck`` (reward_false_negative_rate): a score below 1.0 of a response the verifier passed
+  (``extra_info["verification"]["correct"]``, the reward row every trainer builds) scores 1.0;
 - ``lenient_answer_recheck`` (reward_false_negative_rate): a score below full credit (1.0) is re-checked: the
   response's final answer read leniently (``scoring.answers``) equal to the ground truth scores 1.0 (component
   ``lenient_rescue``);
-- ``verdict_recheck`` (reward_false_negative_rate): a score below 1.0 of a response the verifier passed
-  (``extra_info["verification"]["correct"]``, the reward row every trainer builds) scores 1.0;
 - ``all_or_nothing_reward`` (reward_false_positive_rate): 1.0 when the score is at full credit, else 0.0;
 - ``pay_only_verified`` (reward_false_positive_rate): a positive score of a response the verifier failed is 0.0;
 - ``no_penalty_on_valid_turns`` (penalised_valid_turn_rate): negative turn-level credit on turns the
@@ -23,6 +23,10 @@ diagnosis measured is the one the repair applies. Each repair is applied at most
 - ``uniform_curriculum`` (curriculum_starved_share, curriculum_starved_levels, never_solved_prompts,
   never_solved_across_generations): every prompt of the pool sampled equally (not proposed where the curriculum
   is uniform already).
+
+The verdict's recheck comes before the lenient one: the verifier's verdict is what correct means, while a lenient
+reading of the final answer only fits tasks whose answer is one value (the agentic flaw's generation 0 spent its
+one slot on a lenient recheck that ``reward_correctness`` vetoed).
 
 A flagged ``reward_verifier_disagreement`` lends its weight to the direction that holds its rows
 (``lend_disagreement``): in the code flaw's first generation it was at warn (8.6% of rows, all paid failures)
@@ -270,17 +274,17 @@ def lend_disagreement(severity: dict[str, float], findings: list[dict]) -> dict[
 
 REPAIRS: tuple[Intervention, ...] = (
     Intervention(
+        "verdict_recheck", ("reward_false_negative_rate",),
+        _append("reward.py", "verdict_recheck", "compute_score", VERDICT),
+        "If a response the task's verifier passed (extra_info['verification']) always earns full credit, the reward "
+        "stops rejecting correct answers, reward_false_negative_rate falls to 0 and val accuracy rises above control.",
+    ),
+    Intervention(
         "lenient_answer_recheck", ("reward_false_negative_rate",),
         _append("reward.py", "lenient_answer_recheck", "compute_score", LENIENT),
         "If a response the reward scores below full credit is re-checked with a lenient reading of its final answer "
         "(last boxed or <answer> tag / number / line, formats normalised) against the ground truth, correct answers "
         "in a format the policy drifted to are paid again, reward_false_negative_rate falls and val accuracy rises above control.",
-    ),
-    Intervention(
-        "verdict_recheck", ("reward_false_negative_rate",),
-        _append("reward.py", "verdict_recheck", "compute_score", VERDICT),
-        "If a response the task's verifier passed (extra_info['verification']) always earns full credit, the reward "
-        "stops rejecting correct answers, reward_false_negative_rate falls to 0 and val accuracy rises above control.",
     ),
     Intervention(
         "all_or_nothing_reward", ("reward_false_positive_rate",),
