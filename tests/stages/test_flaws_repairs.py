@@ -70,6 +70,56 @@ def test_code_the_starting_harness_already_had_is_not_the_loops_reach(tmp_path):
     assert shipped_contact(repaired, flaw, reference)[1] == ["diagnostics.py", "reward.py"]
 
 
+@pytest.mark.parametrize("reward", [
+    "from diagnostics import load_module\nSHIPPED = load_module('/x', 'reward')\n",
+    "from diagnostics import load_module as lm\nSHIPPED = lm('/x', 'reward')\n",
+    "import diagnostics\nSHIPPED = diagnostics.load_module('/x', 'reward')\n",
+    "import diagnostics as d\nSHIPPED = d.load_module('/x', 'reward')\n",
+    "from diagnostics import *\nSHIPPED = load_module('/x', 'reward')\n",
+    # two hops: helpers.py re-exports what diagnostics.py imported from the package
+    "from helpers import grab\nSHIPPED = grab('/x', 'reward')\n",
+    # what a sibling built from the package: a function that calls it, a value it returned
+    "from helpers import fetch\nSHIPPED = fetch()\n",
+    "from helpers import LOADED\ncompute_score = LOADED.compute_score\n",
+])
+def test_a_name_the_package_bound_in_a_sibling_file_reaches_through_it(tmp_path, reward):
+    reference = harness(tmp_path / "reference", SHIPPED)
+    flaw = Flaw(name="f", folder=tmp_path, diff=DIFF)
+    shipped_import = "from evotrainer.contracts.harness import load_module\n\n\ndef diagnose(ev):\n    return []\n"
+    start = harness(tmp_path / "start", SHIPPED.replace("return 1.0", "return 2.0"))
+    (start / "diagnostics.py").write_text(shipped_import)
+    repaired = harness(tmp_path / "repaired", reward)
+    (repaired / "diagnostics.py").write_text(shipped_import)
+    (repaired / "helpers.py").write_text("from diagnostics import load_module as grab\n\n\ndef fetch():\n"
+                                         "    return grab('/x', 'reward')\n\n\nLOADED = fetch()\n")
+    reaching = shipped_contact(repaired, flaw, reference, start=start)[1]
+    assert "reward.py" in reaching
+    # a sibling import of a name the package never bound is no reach
+    (repaired / "reward.py").write_text("from diagnostics import diagnose\nSEEN = diagnose([])\n")
+    (repaired / "helpers.py").unlink()
+    assert shipped_contact(repaired, flaw, reference, start=start)[1] == []
+
+
+def test_a_diagnostic_the_loop_adds_with_the_shipped_code_harness_helpers_is_its_own(tmp_path):
+    """The shipped code harness builds its diagnostics' helpers from the default harness's (``_generic``,
+    ``_finding``): a finding the loop adds with them reads no shipped file the flaw changed."""
+    import shutil
+
+    from evotrainer.stages.flaws_repairs import reaching_files
+    from evotrainer.tasks import load
+
+    start = load("code").default_harness()
+    final = tmp_path / "final"
+    shutil.copytree(start, final, ignore=shutil.ignore_patterns("__pycache__"))
+    with (final / "diagnostics.py").open("a") as out:
+        out.write("\n\ndef extra_findings(ev):\n    rows = _rows(ev)\n"
+                  "    return [_finding('errors_paid', 0.0, 'ok', str(len(rows)), COLUMNS)]\n")
+    assert reaching_files(final, start) == []
+    with (final / "reward.py").open("a") as out:
+        out.write("\nfrom diagnostics import _generic\nSHIPPED_REWARD = _generic\n")
+    assert reaching_files(final, start) == ["reward.py"]
+
+
 def test_an_outcome_written_under_the_old_rule_is_counted_again_from_its_loop_run(tmp_path):
     from evotrainer.layout import RunLayout
     from evotrainer.stages.flaws_repairs import recount_reaches

@@ -83,26 +83,90 @@ def shipped_contact(final: Path, flaw: Flaw, reference: Path, start: Path | None
 def reaching_files(final: Path, start: Path | None) -> list[str]:
     """The final harness's Python files with a reaching line that ``start`` (the loop's starting harness) did not
     have; every reaching line counts without a start."""
-    reaches = []
-    for path in sorted(final.iterdir()):
-        if path.is_file() and path.suffix == ".py":
-            had = _reaching_lines(start / path.name) if start is not None and (start / path.name).is_file() else set()
-            if _reaching_lines(path) - had:
-                reaches.append(path.name)
-    return reaches
+    now = _reaching_by_file(final)
+    before = _reaching_by_file(start) if start is not None and start.is_dir() else {}
+    return [name for name, lines in sorted(now.items()) if lines - before.get(name, set())]
 
 
-def _reaching_lines(path: Path) -> set[str]:
-    """The lines of the file's code (comments and docstrings dropped, formatting normalised) that reach for the
-    package or its harnesses: that name it, or use a name a reaching import binds (``load_module`` after
-    ``from evotrainer.contracts.harness import load_module``)."""
-    lines = [line.strip() for line in _code_only(path).splitlines()]
-    bound: set[str] = set()
+def _reaching_by_file(folder: Path) -> dict[str, set[str]]:
+    """Each top-level Python file's reaching lines (``_reaching_lines``), with the names the package bound followed
+    through sibling files: ``from diagnostics import load_module`` reaches where diagnostics.py imported
+    ``load_module`` from the package (as does ``import diagnostics`` with ``diagnostics.load_module``), however
+    many files it passes through."""
+    codes = {path.stem: _code_only(path) for path in sorted(folder.iterdir()) if path.is_file() and path.suffix == ".py"}
+    lines = {stem: [line.strip() for line in code.splitlines()] for stem, code in codes.items()}
+    exported: dict[str, set[str]] = {}
+    while True:  # what each file offers its siblings from the package, directly or through a sibling: a fixed point
+        found = {stem: _bound(lines[stem], exported)[0] | _defined_from(code, lines[stem], exported)
+                 for stem, code in codes.items()}
+        if found == exported:
+            break
+        exported = found
+    # a file's own lines reach through the package's names and its siblings' exports, not through the names it
+    # built itself: the shipped code harness's diagnostics.py builds its helpers from the default harness's, and a
+    # diagnostic the loop adds with them is the loop's own code
+    return {f"{stem}.py": _reaching_lines(lines[stem], exported) for stem in codes}
+
+
+def _defined_from(code: str, lines: list[str], exported: dict[str, set[str]]) -> set[str]:
+    """Names a file defines at its top level (a function, a class, an assignment) from code that reaches: a
+    sibling importing ``SHIPPED`` after ``SHIPPED = load_module(...)`` reaches as well."""
+    try:
+        body = [(node, {line.strip() for line in ast.unparse(node).splitlines()}) for node in ast.parse(code).body]
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    while True:  # a name built from one built from the package reaches too
+        reaching = _reaching_lines(lines, exported, names)
+        found = set(names)
+        for node, text in body:
+            if not text & reaching:
+                continue
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                found.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if found == names:
+            return names
+        names = found
+
+
+def _bound(lines: list[str], exported: dict[str, set[str]]) -> tuple[set[str], set[str]]:
+    """(names the lines bind from the package or from a sibling that did, dotted uses ``sibling.name`` of such
+    names through an imported sibling module)."""
+    names: set[str] = set()
+    dotted: set[str] = set()
     for line in lines:
-        if REACHES_SHIPPED.search(line) and line.startswith(("from ", "import ")):
-            names = line.split(" import ", 1)[1] if " import " in line else line[len("import "):]
-            bound |= {part.split(" as ")[-1].strip(" ()") for part in names.split(",")}
-    uses = re.compile(r"\b(" + "|".join(map(re.escape, sorted(bound))) + r")\b") if bound else None
+        if not line.startswith(("from ", "import ")):
+            continue
+        if line.startswith("from ") and " import " in line:
+            module, imported = line[len("from "):].split(" import ", 1)
+            parts = [part.strip(" ()") for part in imported.split(",")]
+            if REACHES_SHIPPED.search(line):
+                names |= {part.split(" as ")[-1].strip() for part in parts}
+            elif exported.get(module.strip()):
+                sibling = exported[module.strip()]
+                names |= sibling if "*" in parts else {
+                    part.split(" as ")[-1].strip() for part in parts if part.split(" as ")[0].strip() in sibling}
+        elif line.startswith("import "):
+            for part in line[len("import "):].split(","):
+                module, _, alias = part.strip().partition(" as ")
+                if REACHES_SHIPPED.search(module):
+                    names.add((alias or module).strip().split(".")[0])
+                elif exported.get(module.strip()):
+                    dotted |= {f"{(alias or module).strip()}.{name}" for name in exported[module.strip()]}
+    return names, dotted
+
+
+def _reaching_lines(lines: list[str], exported: dict[str, set[str]], local: set[str] = frozenset()) -> set[str]:
+    """The lines of a file's code (comments and docstrings dropped, formatting normalised) that reach for the
+    package or its harnesses: that name it, or bind or use a name a reaching import bound (``load_module`` after
+    ``from evotrainer.contracts.harness import load_module``, here or in a sibling file) or one of the file's own
+    names built from such code (``local``)."""
+    names, dotted = _bound(lines, exported)
+    words = sorted(names | dotted | set(local))
+    uses = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b") if words else None
     return {line for line in lines if REACHES_SHIPPED.search(line) or (uses is not None and uses.search(line))}
 
 
