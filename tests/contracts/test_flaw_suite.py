@@ -65,7 +65,7 @@ def _score(out) -> float:
 
 def test_the_suite_holds_the_starting_flaws():
     for name in ("math_partial_credit_anywhere", "code_errors_count_as_passes", "agentic_reward_rejects_valid_calls",
-                 "arith_curriculum_starves", "arith_wrong_labels"):
+                 "arith_curriculum_starves", "arith_wrong_labels", "math_unreadable_answers_pass"):
         assert name in NAMES
 
 
@@ -110,6 +110,22 @@ def _code_outcome(category: str | None, passed: int, total: int = 5) -> dict:
     return {"correct": category is None, "format_ok": category != "no_code", "failure_category": category,
             "passed": passed, "total": total, "exec_time_s": 0.0003, "error": None, "outcomes": outcomes,
             "visible_passed": 3 if category is None else 0, "visible_total": 3}
+
+
+def test_math_reward_pays_answers_it_cannot_read(built):
+    """math_unreadable_answers_pass: the shipped reward pays a stated answer only where it equals the label; the
+    flawed one also pays any stated answer that does not read as a number, which the verifier marks wrong."""
+    _flaw, cfg, shipped, flawed = built("math_unreadable_answers_pass")
+    assert cfg.task.name == "reasoning_gym"
+    ship, flaw = _reward(shipped), _reward(flawed)
+    source, truth = "chain_sum", "39"
+    for right in ("39", "39.0", "<answer>39</answer>"):
+        assert _score(ship(source, right, truth)) == _score(flaw(source, right, truth)) == 1.0
+    assert _score(flaw(source, "41", truth)) == _score(ship(source, "41", truth)) == 0.0
+    assert _score(flaw(source, "", truth)) == 0.0  # nothing stated: nothing to give the benefit of the doubt
+    for unreadable in ("3 9", "forty", "47 - 8 =", "<answer>?</answer>"):
+        assert _score(ship(source, unreadable, truth)) == 0.0
+        assert _score(flaw(source, unreadable, truth)) == 1.0, unreadable
 
 
 def test_code_reward_pays_programs_that_do_not_run(built):
