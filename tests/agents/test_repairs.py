@@ -288,3 +288,34 @@ def test_a_flagged_disagreement_calls_the_repairs_of_the_direction_that_holds_it
     context = ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness), findings=quiet,
                               lineage=lineage.empty())
     assert not {"all_or_nothing_reward", "pay_only_verified"} & {p.intervention for p in HeuristicAgent().propose(context, k=2)}
+
+
+def test_a_reward_training_overpays_calls_the_false_positive_repairs_before_the_evidence_shows_them():
+    # math_unreadable_answers_pass, generation 1 (measured): the starting policy's evidence paid 1.8% of its
+    # failures (every reward finding ok), while the previous generation's control trained to reward 1.0 at
+    # verified accuracy 0.0; the offline agent proposed knobs. Here: 32 prompts x 8, 6 failures paid.
+    rows = []
+    for i in range(32):
+        right = 3 if i < 10 else 0
+        paid = 1 if i < 6 else 0
+        rows += group(f"p{i}", "7", [("7", 1.0, True)] * right + [("7 ?", 1.0, False)] * paid
+                      + [("6", 0.0, False)] * (8 - right - paid))
+    from evotrainer.scoring.trusted_findings import training_findings
+    from tests.scoring.test_training_findings import HACKED, LR_COLLAPSE
+    from tests.scoring.test_trusted_findings import found
+
+    evidence = list(found(ev(rows)).values())
+    assert {f["name"]: f["severity"] for f in evidence}["reward_false_positive_rate"] == "ok"
+    harness = complete(SHIPPED / "reasoning_gym")
+
+    def first(findings):
+        context = ProposalContext(generation=1, harness_dir=harness, harness_id=harness_id(harness),
+                                  findings=findings, lineage=lineage.empty())
+        return HeuristicAgent().propose(context, k=2)
+
+    hacked = first(evidence + training_findings({"generation 0 slot control": HACKED}))
+    assert [p.intervention for p in hacked] == ["all_or_nothing_reward", "pay_only_verified"]
+    assert hacked[1].targeted_findings == ["reward_false_positive_rate", "train_reward_without_accuracy"]
+    # a collapse in which the reward fell too (a far-off learning rate) is a knob's: no reward repair
+    knob = first(evidence + training_findings({"generation 0 slot control": LR_COLLAPSE}))
+    assert not {"all_or_nothing_reward", "pay_only_verified"} & {p.intervention for p in knob}

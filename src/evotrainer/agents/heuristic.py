@@ -19,7 +19,7 @@ import yaml
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.diagnostic_ideas import propose_diagnostics
 from evotrainer.agents.guidance import Guidance
-from evotrainer.agents.repairs import DISAGREEMENT, REPAIRS, lend_disagreement
+from evotrainer.agents.repairs import REPAIRS, lend_disagreement, lenders_of
 from evotrainer.contracts.candidate import Proposal
 from evotrainer.contracts.harness import RECIPE_SCHEMA, load_recipe
 from evotrainer.contracts.intervention import Intervention, set_recipe_values, unified_diff
@@ -223,7 +223,7 @@ class HeuristicAgent:
             if guidance.blocked(names):
                 continue
             targeted = [t for t in intervention.triggers if severity.get(t, 0.0) > 0]
-            targeted += [DISAGREEMENT] if repair and lent.keys() & set(targeted) else []
+            targeted += lenders_of(severity) if repair and lent.keys() & set(targeted) else []
             hypothesis = intervention.hypothesis + _skill_note(guidance.worked.get(intervention.name))
             score = sum(severity.get(t, 0.0) for t in intervention.triggers)
             options.append(((*guidance.rank(intervention.name, names), -float(repair), -score, index),

@@ -30,7 +30,9 @@ one slot on a lenient recheck that ``reward_correctness`` vetoed).
 
 A flagged ``reward_verifier_disagreement`` lends its weight to the direction that holds its rows
 (``lend_disagreement``): in the code flaw's first generation it was at warn (8.6% of rows, all paid failures)
-while the false-positive share of failures was 9.3%, under its own 0.1.
+while the false-positive share of failures was 9.3%, under its own 0.1. So does a flagged
+``train_reward_without_accuracy``: in math_unreadable_answers_pass the starting policy's evidence showed 1.8% of
+failures paid, while the generation's control trained to reward 1.0 at verified accuracy 0.
 
 Truncation (the trusted truncation_rate) is a knob's: the catalogue's ``raise_max_response_len``.
 """
@@ -254,22 +256,38 @@ def prompt_weights(pool, evidence=None):
 '''
 
 DISAGREEMENT = "reward_verifier_disagreement"
+TRAINING_DIVERGENCE = "train_reward_without_accuracy"
+LENDERS = (DISAGREEMENT, TRAINING_DIVERGENCE)
 DIRECTIONS = ("reward_false_positive_rate", "reward_false_negative_rate")
 
 
 def lend_disagreement(severity: dict[str, float], findings: list[dict]) -> dict[str, float]:
-    """The weight of a flagged ``reward_verifier_disagreement`` (a share of all rows, which can cross its threshold
-    while neither direction's share of its own rows does) lent to the directions that hold its rows, in proportion
-    to their affected rows: the reward repairs are keyed by direction. Returns the names that received weight."""
-    weight = severity.get(DISAGREEMENT, 0.0)
+    """The weight of a flagged lender lent to the reward-verifier directions, in proportion to the rows each holds
+    in the evidence (the reward repairs are keyed by direction):
+    - ``reward_verifier_disagreement``, a share of all rows, can cross its threshold while neither direction's
+      share of its own rows does;
+    - ``train_reward_without_accuracy`` (the training reward rose while verified accuracy collapsed) is seen in
+      training, which the evidence of the starting policy may not show: with no row in either direction, its
+      weight goes to the false positives (the reward paid what the verifier failed).
+    Returns {direction: weight lent}; the flagged lenders are ``lenders_of(severity)``."""
+    weight = max(severity.get(name, 0.0) for name in LENDERS)
     rows = {f["name"]: int(f.get("affected_rows") or 0) for f in findings if f["name"] in DIRECTIONS}
     total = sum(rows.values())
-    if weight <= 0 or total <= 0:
+    if weight <= 0:
         return {}
+    if total <= 0:
+        if severity.get(TRAINING_DIVERGENCE, 0.0) <= 0:
+            return {}
+        rows, total = {DIRECTIONS[0]: 1}, 1
     lent = {name: weight * n / total for name, n in rows.items() if n > 0}
     for name, extra in lent.items():
         severity[name] = max(severity.get(name, 0.0), extra)
     return lent
+
+
+def lenders_of(severity: dict[str, float]) -> list[str]:
+    """The lenders flagged in ``severity`` (the names a repair that received their weight also targets)."""
+    return [name for name in LENDERS if severity.get(name, 0.0) > 0]
 
 
 REPAIRS: tuple[Intervention, ...] = (

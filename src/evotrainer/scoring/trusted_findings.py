@@ -41,13 +41,20 @@ Findings (the findings contract, ``contracts.findings``; thresholds: ``THRESHOLD
   correct, accuracy below ``SOLVED_ACCURACY``): prompts that still teach and are not trained on (a level no
   sample solves gives GRPO no signal, and a curriculum may rightly set it aside). The worst column counts.
 
+- ``train_reward_without_accuracy`` (with the train logs of the parent and of the previous generation's
+  backtests): the largest fall in verified training accuracy among the slots whose training reward rose (by at
+  least ``REWARD_RISE`` of the first step's reward spread) while that accuracy collapsed (``scoring.training``:
+  to at most half the first step's, beyond sampling noise); 0 where none did. The reward paid something other
+  than correctness, and training found it: a flaw the starting policy's evidence may not show yet (it rarely
+  emits what the reward overpays), which a slot trained on the reward does.
+
 Every finding carries up to 3 example row positions (the stage resolves them into prompt, response, ground
 truth, reward and correct).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +64,7 @@ import pyarrow.parquet as pq
 
 from evotrainer.contracts.evidence_stream import load_projection
 from evotrainer.sandbox.harness_code import pool_kept_fraction
+from evotrainer.scoring import training
 from evotrainer.scoring.answers import (
     lenient_answer,
     lenient_canonical,
@@ -79,7 +87,9 @@ THRESHOLDS = {  # name -> (warn above, critical above)
     "penalised_valid_turn_rate": (0.2, 0.5),
     "curriculum_starved_share": (0.5, 0.75),
     "curriculum_starved_levels": (0.2, 0.4),
+    "train_reward_without_accuracy": (0.05, 0.15),
 }
+REWARD_RISE = 0.5  # the training reward rose by at least this many of the first step's reward standard deviations
 PAID_FRACTION = 0.5  # paid: reward >= PAID_FRACTION * R
 EPS = 1e-6
 MIN_SAMPLES, CONSENSUS = 3, 0.6
@@ -302,6 +312,28 @@ def diagnose_frame(ev: pd.DataFrame, earlier_solved: set[str] | None = None, ear
     if {"prompt_id", "correct"} <= set(ev):
         out += prompt_findings(ev, earlier_solved, earlier_generations)
     return out + multi_turn_findings(ev, turns_table)
+
+
+def training_findings(logs: Mapping[str, pd.DataFrame]) -> list[dict]:
+    """``train_reward_without_accuracy`` over train logs (label -> log); none without a log."""
+    if not logs:
+        return []
+    worst, detail = 0.0, "no slot's training reward rose while its verified accuracy collapsed"
+    for label, log in logs.items():
+        seen = training.trend(log)
+        if seen is None or "start_reward" not in seen or not training.collapsed(seen):
+            continue
+        spread = seen["start_reward_std"]
+        spread = spread if np.isfinite(spread) and spread > EPS else max(abs(seen["start_reward"]), 1.0)
+        rise = seen["end_reward"] - seen["start_reward"]
+        fall = seen["start_accuracy"] - seen["end_accuracy"]
+        if rise >= REWARD_RISE * spread and fall > worst:
+            worst = fall
+            detail = (f"{label}: training reward {seen['start_reward']:.3f} -> {seen['end_reward']:.3f} while verified "
+                      f"accuracy fell {seen['start_accuracy']:.3f} -> {seen['end_accuracy']:.3f} (first step -> last "
+                      f"10% of {seen['steps']} steps" + (f", z = {seen['z']:.1f}" if seen["z"] is not None else "")
+                      + "): the reward pays something the verifier does not")
+    return [finding("train_reward_without_accuracy", worst, 0, detail)]
 
 
 def solved_prompts(paths: Iterable[str | Path]) -> tuple[set[str], int]:

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from evotrainer.scoring import training
+
 
 @dataclass(frozen=True)
 class GateThresholds:
@@ -110,47 +112,22 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
     return gates
 
 
-COLLAPSE_SHARE = 0.5  # training accuracy at most this share of the parent's first step's...
-COLLAPSE_Z = 3.0  # ...and below it by this many standard errors (two-proportion test over the sampled responses)
-COLLAPSE_DROP = 0.10  # ...or, in a log without sample counts, by this much: the slot destroyed what the parent had
-
-
 def training_collapse(run_dir: Path) -> dict | None:
     """The evidence that a backtest's training destroyed its parent's skill (None where it did not): verified
-    training accuracy at the end (last 10% of steps) fell to at most ``COLLAPSE_SHARE`` of the first step's, which
+    training accuracy at the end (last 10% of steps) fell to at most ``training.COLLAPSE_SHARE`` of the first step's, which
     the parent policy sampled before any update, and the fall is no sampling noise: a one-sided two-proportion
-    test over the responses each sampled (``samples_generated``) gives z >= ``COLLAPSE_Z`` (a log without
-    counts: a fall of at least ``COLLAPSE_DROP``). A test rather than a fixed drop, so that a weak parent's skill
-    (0.07 of 256 responses, lost to 0 of 1,024) counts, and two lucky answers do not. Used by select: a kept
-    control that collapsed is not the next parent (search.revert_collapsed_control)."""
+    test over the responses each sampled (``samples_generated``) gives z >= ``training.COLLAPSE_Z`` (a log without
+    counts: a fall of at least ``training.COLLAPSE_DROP``). A test rather than a fixed drop, so that a weak parent's skill
+    (0.07 of 256 responses, lost to 0 of 1,024) counts, and two lucky answers do not (``scoring.training``).
+    Used by select: a kept control that collapsed is not the next parent (search.revert_collapsed_control)."""
     path = Path(run_dir) / "train_log.parquet"
     if not path.is_file():
         return None
-    log = pd.read_parquet(path)
-    if "accuracy" not in log or len(log) < 2:
+    seen = training.trend(pd.read_parquet(path))
+    if seen is None or not training.collapsed(seen):
         return None
-    log = log.sort_values("step") if "step" in log else log
-    start, end = _first(log, "accuracy"), _tail(log, "accuracy")
-    if not end <= COLLAPSE_SHARE * start:
-        return None
-    z = _fall_z(log, start, end)
-    if (end > start - COLLAPSE_DROP) if z is None else z < COLLAPSE_Z:
-        return None
-    return {"start_accuracy": start, "end_accuracy": end, "steps": int(len(log)), "z": z,
+    start, end, z = seen["start_accuracy"], seen["end_accuracy"], seen["z"]
+    return {"start_accuracy": start, "end_accuracy": end, "steps": seen["steps"], "z": z,
             "evidence": f"verified training accuracy fell from {start:.3f} (first step: the parent) to {end:.3f} "
-                        f"(last 10% of {len(log)} steps)" + (f", z = {z:.1f}" if z is not None else "")}
+                        f"(last 10% of {seen['steps']} steps)" + (f", z = {z:.1f}" if z is not None else "")}
 
-
-def _fall_z(log: pd.DataFrame, start: float, end: float) -> float | None:
-    """The two-proportion z of the fall from the first step to the tail (the pooled standard error over the
-    responses each sampled); None where the log has no sample counts."""
-    if "samples_generated" not in log:
-        return None
-    first = float(log["samples_generated"].iloc[0])
-    tail = float(log["samples_generated"].tail(max(1, len(log) // 10)).sum())
-    if first <= 0 or tail <= 0:
-        return None
-    pooled = (start * first + end * tail) / (first + tail)
-    if pooled <= 0.0 or pooled >= 1.0:
-        return 0.0
-    return float((start - end) / np.sqrt(pooled * (1 - pooled) * (1 / first + 1 / tail)))

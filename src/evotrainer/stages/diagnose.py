@@ -16,9 +16,11 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from evotrainer.atomic import write_json, write_parquet, write_text
 from evotrainer.contracts import evidence
+from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.evidence_stream import resolve_examples
 from evotrainer.contracts.findings import check_findings
 from evotrainer.contracts.harness import harness_id, load_recipe
@@ -42,6 +44,7 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
     trusted = trusted_findings.diagnose_file(rollouts, earlier_evidence(rollouts),
                                              Path(rollouts).with_name("turns.parquet"))
     trusted += curriculum_findings(harness_dir, rollouts, pool or train_pool(rollouts), cfg.sandbox, info["rows"])
+    trusted += trusted_findings.training_findings(train_logs(rollouts, log))
     findings = trusted_findings.merge(check_findings(trusted, "trusted findings"),
                                       check_findings(raw["findings"], f"{harness_dir}/diagnostics.py"))
     examples = resolve_examples(rollouts, dict(zip(findings["name"], findings["examples"], strict=True)))
@@ -92,6 +95,32 @@ def train_pool(rollouts: str) -> Path | None:
     except ValueError:
         return None
     return where.layout.split("train") if where.key == "rollouts" else None
+
+
+TRAIN_LOG_COLUMNS = ["step", "accuracy", "reward_mean", "reward_std", "samples_generated"]
+
+
+def train_logs(rollouts: str, parent: str | None) -> dict[str, pd.DataFrame]:
+    """The parent's train log and those of the previous generation's backtests (label -> log), for the trusted
+    ``train_reward_without_accuracy``: what training on the reward did, which the parent's evidence may not show.
+    A log that cannot be read is left out."""
+    paths = {"the parent's training": Path(parent)} if parent else {}
+    try:
+        where = RunLayout.parse(Path(rollouts).resolve())
+    except ValueError:
+        where = None
+    if where is not None and where.key == "rollouts" and where.generation:
+        slots = where.layout.gen(where.generation - 1).backtest(CONTROL).dir.parent
+        paths |= {f"generation {where.generation - 1} slot {p.parent.name}": p
+                  for p in sorted(slots.glob("*/train_log.parquet"))}
+    logs = {}
+    for label, path in paths.items():
+        try:
+            columns = [c for c in TRAIN_LOG_COLUMNS if c in pq.read_schema(path).names]
+            logs[label] = pd.read_parquet(path, columns=columns)
+        except (OSError, ValueError):
+            continue
+    return logs
 
 
 def earlier_evidence(rollouts: str) -> list[Path]:
