@@ -65,6 +65,8 @@ def test_the_stage_reads_the_parent_and_the_previous_generations_slots(tmp_path)
     for cid, log in (("control", HACKED), ("c1", LEARNING)):
         run.gen(0).backtest(cid).dir.mkdir(parents=True)
         log.to_parquet(run.gen(0).backtest(cid).dir / "train_log.parquet")
+    (run.gen(0).backtest("c1").seed(1).dir).mkdir(parents=True)  # search.seeds > 1: seed<i>/ in the slot
+    HACKED.to_parquet(run.gen(0).backtest("c1").seed(1).dir / "train_log.parquet")
     (run.gen(0).backtest("c2").dir).mkdir(parents=True)
     (run.gen(0).backtest("c2").dir / "train_log.parquet").write_text("not parquet")  # left out, not fatal
     rollouts = run.gen(1).rollouts
@@ -72,7 +74,8 @@ def test_the_stage_reads_the_parent_and_the_previous_generations_slots(tmp_path)
     parent = tmp_path / "parent_train_log.parquet"
     LEARNING.to_parquet(parent)
     logs = train_logs(str(rollouts), str(parent))
-    assert sorted(logs) == ["generation 0 slot c1", "generation 0 slot control", "the parent's training"]
+    assert sorted(logs) == ["generation 0 slot c1", "generation 0 slot c1/seed1", "generation 0 slot control",
+                            "the parent's training"]
     assert one(logs)["severity"] == "critical"
     assert list(train_logs(str(run.gen(0).rollouts), None)) == []  # generation 0: no earlier slot, no parent
     json.dumps(one(logs))  # the diagnosis JSON holds it

@@ -111,8 +111,8 @@ def train_logs(rollouts: str, parent: str | None) -> dict[str, pd.DataFrame]:
         where = None
     if where is not None and where.key == "rollouts" and where.generation:
         slots = where.layout.gen(where.generation - 1).backtest(CONTROL).dir.parent
-        paths |= {f"generation {where.generation - 1} slot {p.parent.name}": p
-                  for p in sorted(slots.glob("*/train_log.parquet"))}
+        paths |= {f"generation {where.generation - 1} slot {p.relative_to(slots).parent}": p  # seed 0, seed<i>/
+                  for pattern in ("*/train_log.parquet", "*/seed*/train_log.parquet") for p in sorted(slots.glob(pattern))}
     logs = {}
     for label, path in paths.items():
         try:
