@@ -279,7 +279,7 @@ def test_a_flagged_disagreement_calls_the_repairs_of_the_direction_that_holds_it
     context = ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness), findings=findings,
                               lineage=lineage.empty())
     first = HeuristicAgent().propose(context, k=2)
-    assert [p.intervention for p in first] == ["all_or_nothing_reward", "pay_only_verified"]
+    assert [p.intervention for p in first] == ["pay_only_verified", "all_or_nothing_reward"]
     assert first[0].targeted_findings == ["reward_false_positive_rate", "reward_verifier_disagreement"]
     # the other direction's repairs are not called: no correct row went unpaid
     assert not {"verdict_recheck", "lenient_answer_recheck"} & {p.intervention for p in first}
@@ -314,8 +314,8 @@ def test_a_reward_training_overpays_calls_the_false_positive_repairs_before_the_
         return HeuristicAgent().propose(context, k=2)
 
     hacked = first(evidence + training_findings({"generation 0 slot control": HACKED}))
-    assert [p.intervention for p in hacked] == ["all_or_nothing_reward", "pay_only_verified"]
-    assert hacked[1].targeted_findings == ["reward_false_positive_rate", "train_reward_without_accuracy"]
+    assert [p.intervention for p in hacked] == ["pay_only_verified", "all_or_nothing_reward"]
+    assert hacked[0].targeted_findings == ["reward_false_positive_rate", "train_reward_without_accuracy"]
     # a collapse in which the reward fell too (a far-off learning rate) is a knob's: no reward repair
     knob = first(evidence + training_findings({"generation 0 slot control": LR_COLLAPSE}))
     assert not {"all_or_nothing_reward", "pay_only_verified"} & {p.intervention for p in knob}

@@ -13,8 +13,8 @@ diagnosis measured is the one the repair applies. Each repair is applied at most
 - ``lenient_answer_recheck`` (reward_false_negative_rate): a score below full credit (1.0) is re-checked: the
   response's final answer read leniently (``scoring.answers``) equal to the ground truth scores 1.0 (component
   ``lenient_rescue``);
-- ``all_or_nothing_reward`` (reward_false_positive_rate): 1.0 when the score is at full credit, else 0.0;
 - ``pay_only_verified`` (reward_false_positive_rate): a positive score of a response the verifier failed is 0.0;
+- ``all_or_nothing_reward`` (reward_false_positive_rate): 1.0 when the score is at full credit, else 0.0;
 - ``no_penalty_on_valid_turns`` (penalised_valid_turn_rate): negative turn-level credit on turns the
   environment judged valid tool calls (``extra_info["per_turn"][i]["valid"]``) is dropped;
 - ``drop_label_disputes`` (label_disagreement): the curriculum gives weight 0 to training prompts whose
@@ -24,9 +24,11 @@ diagnosis measured is the one the repair applies. Each repair is applied at most
   never_solved_across_generations): every prompt of the pool sampled equally (not proposed where the curriculum
   is uniform already).
 
-The verdict's recheck comes before the lenient one: the verifier's verdict is what correct means, while a lenient
-reading of the final answer only fits tasks whose answer is one value (the agentic flaw's generation 0 spent its
-one slot on a lenient recheck that ``reward_correctness`` vetoed).
+In each direction the repair that uses the verifier's verdict comes first, since the verdict is what correct means:
+``verdict_recheck`` before the lenient recheck, which only fits tasks whose answer is one value (the agentic flaw's
+generation 0 spent its one slot on a lenient recheck that ``reward_correctness`` vetoed); ``pay_only_verified``
+before ``all_or_nothing_reward``, which cannot help where the reward pays a wrong answer in full (the math flaw's
+generation 1 tried it, and a diagnostic took the second slot).
 
 A flagged ``reward_verifier_disagreement`` lends its weight to the direction that holds its rows
 (``lend_disagreement``): in the code flaw's first generation it was at warn (8.6% of rows, all paid failures)
@@ -305,16 +307,16 @@ REPAIRS: tuple[Intervention, ...] = (
         "in a format the policy drifted to are paid again, reward_false_negative_rate falls and val accuracy rises above control.",
     ),
     Intervention(
-        "all_or_nothing_reward", ("reward_false_positive_rate",),
-        _append("reward.py", "all_or_nothing_reward", "compute_score", ALL_OR_NOTHING),
-        "If only full credit pays (1.0 at full credit, else 0.0), the partial credit the policy collects on "
-        "incorrect answers disappears, reward_false_positive_rate falls and val accuracy rises above control.",
-    ),
-    Intervention(
         "pay_only_verified", ("reward_false_positive_rate",),
         _append("reward.py", "pay_only_verified", "compute_score", VERIFIED_ONLY),
         "If a response the task's verifier failed earns at most 0, the reward cannot be gamed without a correct "
         "answer, reward_false_positive_rate falls to 0 and val accuracy rises above control.",
+    ),
+    Intervention(
+        "all_or_nothing_reward", ("reward_false_positive_rate",),
+        _append("reward.py", "all_or_nothing_reward", "compute_score", ALL_OR_NOTHING),
+        "If only full credit pays (1.0 at full credit, else 0.0), the partial credit the policy collects on "
+        "incorrect answers disappears, reward_false_positive_rate falls and val accuracy rises above control.",
     ),
     Intervention(
         "no_penalty_on_valid_turns", ("penalised_valid_turn_rate",),
