@@ -258,19 +258,24 @@ def test_a_repair_that_gained_but_not_surely_is_tried_again_while_its_finding_st
     assert not proposed([("no_gain", 0.010)], harness_layer)
 
 
+def paid_failures(*, solved: int, right: int, paid: int, wrong_answer: str) -> list[tuple]:
+    """32 prompts x 8 samples: the first ``solved`` prompts answered right ``right`` times, and one failure
+    (``wrong_answer``) on each of the first ``paid`` prompts paid 1.0; the rest wrong and unpaid."""
+    rows = []
+    for i in range(32):
+        n_right, n_paid = (right if i < solved else 0), (1 if i < paid else 0)
+        rows += group(f"p{i}", "7", [("7", 1.0, True)] * n_right + [(wrong_answer, 1.0, False)] * n_paid
+                      + [("6", 0.0, False)] * (8 - n_right - n_paid))
+    return rows
+
+
 def test_a_flagged_disagreement_calls_the_repairs_of_the_direction_that_holds_its_rows():
     # the code flaw's first generation (measured): 8.6% of all rows disagree, every one a failure the reward paid,
     # but the paid share of failures (9.3%) is under reward_false_positive_rate's own 0.1. Here: 32 prompts x 8;
     # 8 prompts solved twice, and 22 failures paid 1.0 by a reward that pays programs that crash.
-    rows = []
-    for i in range(32):
-        right = 2 if i < 8 else 0
-        paid = 1 if i < 22 else 0
-        rows += group(f"p{i}", "7", [("7", 1.0, True)] * right + [("crash", 1.0, False)] * paid
-                      + [("6", 0.0, False)] * (8 - right - paid))
     from tests.scoring.test_trusted_findings import found
 
-    findings = list(found(ev(rows)).values())
+    findings = list(found(ev(paid_failures(solved=8, right=2, paid=22, wrong_answer="crash"))).values())
     by_name = {f["name"]: f for f in findings}
     assert by_name["reward_verifier_disagreement"]["severity"] == "warn"
     assert by_name["reward_false_positive_rate"]["severity"] == "ok"
@@ -294,12 +299,7 @@ def test_a_reward_training_overpays_calls_the_false_positive_repairs_before_the_
     # math_unreadable_answers_pass, generation 1 (measured): the starting policy's evidence paid 1.8% of its
     # failures (every reward finding ok), while the previous generation's control trained to reward 1.0 at
     # verified accuracy 0.0; the offline agent proposed knobs. Here: 32 prompts x 8, 6 failures paid.
-    rows = []
-    for i in range(32):
-        right = 3 if i < 10 else 0
-        paid = 1 if i < 6 else 0
-        rows += group(f"p{i}", "7", [("7", 1.0, True)] * right + [("7 ?", 1.0, False)] * paid
-                      + [("6", 0.0, False)] * (8 - right - paid))
+    rows = paid_failures(solved=10, right=3, paid=6, wrong_answer="7 ?")
     from evotrainer.scoring.trusted_findings import training_findings
     from tests.scoring.test_training_findings import HACKED, LR_COLLAPSE
     from tests.scoring.test_trusted_findings import found
