@@ -508,7 +508,67 @@ def _specs() -> dict[str, Spec]:
     add("diagnostics_nested_findings", "diagnostics", "diagnostic", {"diagnostic_invalid"},
         lambda t: diagnostics(_NESTED_FINDINGS),
         "the findings file rewritten at exit as 100,000 nested lists (RecursionError in the trusted parser)")
+
+    # ---- round three (issue 48): what a harness hands back reaches trusted code only through the door
+    # (sandbox/door.py), typed and bounded, on every channel; a stage never reads a sandbox's output by itself
+    add("parse_findings_without_name", "parse", "replay", {"sandbox_bad_output"},
+        lambda t: reward_and_diagnostics(_NAMELESS_FINDING),
+        "diagnose() returns a flagged finding without a name, beside a reward change (replay read it by itself: "
+        "KeyError, and the run stopped)")
+    add("parse_findings_wrong_types", "parse", "replay", {"sandbox_bad_output"},
+        lambda t: reward_and_diagnostics(_MISTYPED_FINDINGS),
+        "diagnose() returns findings of the wrong types: a number for a name, a list for a severity, a string value")
+    add("parse_findings_not_a_list", "parse", "replay", {"sandbox_bad_output"},
+        lambda t: reward_and_diagnostics('{"name": "x", "severity": "critical"}'),
+        "diagnose() returns one dict instead of a list of findings")
+    add("diagnostics_findings_without_name", "diagnostics", "diagnostic", {"diagnostic_invalid"},
+        lambda t: unified_diff("diagnostics.py", _source("diagnostics.py"), _source("diagnostics.py")
+                               + "\n\ndef diagnose(evidence, train_log, recipe):\n    return " + _NAMELESS_FINDING + "\n"),
+        "a diagnostics-only change whose diagnose() returns a flagged finding without a name")
+    add("parse_reward_forged_reply", "parse", "replay", {"reward_error"},
+        lambda t: reward(_FORGED_REPLY, at="score"),
+        "compute_score writes its own reply on the worker's pipe: right length, 100 components named by "
+        "10,000-character strings")
+    add("parse_reward_huge_score", "parse", "replay", {"reward_error"},
+        lambda t: reward("pass", at="score", returns="1e300"),
+        "return 1e300 (finite, so the worker sends it; a group's advantages would overflow)")
+    add("parse_reward_long_component_in_training", "parse", "train", {"reward_error"},
+        lambda t: reward("pass", at="train", returns='{"score": 0.5, "x" * 5000: 1.0}'),
+        "from training step 2, a reward component named by a 5,000-character string (an evidence column)")
+    add("crash_prlimit_parent", "crash", "replay", {"sandbox_violation"},
+        lambda t: reward("import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_CPU, (1, 1))",
+                         at="score"),
+        "re-limit the trusted parent's CPU time through prlimit (round two's process control)")
+    add("crash_renice_parent", "crash", "replay", {"sandbox_violation"},
+        lambda t: reward("import os\nos.setpriority(os.PRIO_PROCESS, os.getppid(), 19)", at="score"),
+        "renice the trusted parent (round two's process control)")
     return s
+
+
+def reward_and_diagnostics(findings_source: str) -> str:
+    """A reward change (so the candidate is replayed and trained, not diagnostics-only) and a diagnose() that
+    returns ``findings_source`` (a Python expression)."""
+    old = _source("diagnostics.py")
+    return (unified_diff("reward.py", _source("reward.py"), _source("reward.py") + "\n# a reward change\n")
+            + unified_diff("diagnostics.py", old, old + "\n\ndef diagnose(evidence, train_log, recipe):\n"
+                           f"    return {findings_source}\n"))
+
+
+_NAMELESS_FINDING = ('[{"layer": "signal", "value": 1.0, "threshold": 0.5, "direction": "above", '
+                     '"severity": "critical", "affected_rows": 3, "message": "no name"}]')
+_MISTYPED_FINDINGS = ('[{"name": 7, "layer": None, "value": "NaN", "threshold": [1], "direction": {}, '
+                      '"severity": ["critical"], "affected_rows": -1, "message": 5}]')
+_FORGED_REPLY = """
+import json, os, struct, sys
+frame = sys._getframe(1)
+while "rows" not in frame.f_locals:  # score_rows, which called compute_score: the batch's length
+    frame = frame.f_back
+n = len(frame.f_locals["rows"])
+body = json.dumps({"ok": True, "scores": [0.0] * n,
+                   "components": {f"c{i}" + "x" * 10_000: [0.0] * n for i in range(100)}}).encode()
+os.write(int(sys.argv[4]), struct.pack(">I", len(body)) + body)
+os._exit(0)
+"""
 
 
 _DEEP_CHAIN = """

@@ -292,5 +292,5 @@ def test_the_os_sandbox_cannot_read_the_secret(tmp_path, monkeypatch):
             return np.full(len(pool), 2.0 if text.strip() == {secret!r} else 3.0)
         '''))
     pool = pd.DataFrame({"prompt_id": ["p0", "p1"], "prompt": ["a", "b"]})
-    weights = run_tasks(harness, ["weights"], {"pool": pool, "evidence": None}, isolation="os")["weights"]
+    weights = run_tasks(harness, ["weights"], {"pool": pool, "evidence": None}, isolation="os").weights
     assert weights.tolist() == [1.0, 1.0]  # the file does not exist in the sandbox's view

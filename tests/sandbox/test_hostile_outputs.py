@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evotrainer.contracts.findings import FindingsError, check_findings
+from evotrainer.contracts.findings import FindingsError, check_findings, findings_frame
 from evotrainer.contracts.text import bounded_text, untrusted_block
 from evotrainer.sandbox import isolation, outputs
 from evotrainer.sandbox.candidate_check import check_harness
@@ -71,7 +71,7 @@ def deep_reward(harness: Path) -> Path:
 @pytest.mark.parametrize("mode", MODES)
 def test_a_deep_scratch_does_not_fail_run_tasks(harness, private_tmp, mode):
     out = run_tasks(deep_reward(harness), ["score"], {"rows": ROWS}, isolation=mode)
-    assert out["scores"]["score"].tolist() == [1.0, 1.0]
+    assert out.scores.scores.tolist() == [1.0, 1.0]
     assert list(private_tmp.iterdir()) == []  # the whole chain was removed
 
 
@@ -210,8 +210,8 @@ def test_hostile_findings_files_are_bad_outputs(harness, evidence, name, body):
 def test_non_finite_finding_values_reach_the_trusted_side_as_null(harness, evidence):
     body = f"f = dict({FINDING!r})\nf['value'] = float('nan')\nreturn [f]"
     out = run_tasks(with_diagnostics(harness, body), ["diagnose"], {"evidence": evidence, "recipe": {}})
-    assert out["findings"][0]["value"] is None
-    assert np.isnan(check_findings(out["findings"], "d")["value"][0])
+    assert out.findings[0].value is None
+    assert np.isnan(findings_frame(out.findings)["value"][0])
 
 
 HOSTILE_FINDINGS = {
@@ -273,12 +273,12 @@ def test_inputs_given_by_path_appear_under_neutral_names(harness, tmp_path, evid
     with_diagnostics(harness, body)
     sets = [{"evidence": str(evidence), "train_log": str(log), "recipe": {}, "candidate_id": "c-secret"}]
     out = run_tasks(harness, ["diagnose"], {"diagnose_sets": sets}, isolation=mode)
-    seen = out["findings"][0][0]["message"]
+    seen = out.findings[0][0].message
     assert str(tmp_path) not in seen and "secret" not in seen, seen
     assert "set0_evidence.parquet" in seen and "set0_train_log.parquet" in seen
     out = run_tasks(harness, ["diagnose"], {"evidence": str(evidence), "train_log": str(log), "recipe": {}},
                     isolation=mode)
-    seen = json.loads(out["findings"][0]["message"])
+    seen = json.loads(out.findings[0].message)
     assert str(tmp_path) not in json.dumps(seen)
     assert seen["links"]["in_evidence.parquet"] == "../inputs/in_evidence.parquet"
 

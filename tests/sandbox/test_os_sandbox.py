@@ -353,7 +353,7 @@ def test_process_isolation_where_os_is_unavailable(monkeypatch, caplog):
     assert "NOT isolated" in caplog.text and "READ every file" in caplog.text
     rows = pd.DataFrame({"data_source": "arithmetic", "response": ["12", "x"], "ground_truth": ["12", "1"],
                          "prompt_id": ["a", "b"], "level": [0, 1]})
-    assert run_tasks(DEFAULT_HARNESS, ["score"], {"rows": rows}, isolation="auto")["scores"]["score"].tolist() == [1.0, 0.0]
+    assert run_tasks(DEFAULT_HARNESS, ["score"], {"rows": rows}, isolation="auto").scores.scores.tolist() == [1.0, 0.0]
     with RewardWorker(DEFAULT_HARNESS, isolation="auto") as worker:
         assert worker.score(ROWS)[0].tolist() == [1.0, 0.0, 0.0, 1.0]
     assert isolation.isolated_command(["true"], isolation="process") == ["true"]

@@ -47,11 +47,11 @@ def with_reward(harness, body: str):
 
 @pytest.mark.fast
 def test_sandboxed_scores_match_in_process_scores():
-    out = run_tasks(DEFAULT_HARNESS, ["score"], {"rows": ROWS})["scores"]
+    out = run_tasks(DEFAULT_HARNESS, ["score"], {"rows": ROWS}).scores
     reward = load_module(DEFAULT_HARNESS, "reward").compute_score
     expected = [reward(*row)["score"] for row in zip(ROWS.data_source, ROWS.response, ROWS.ground_truth, strict=True)]
-    assert out["score"].tolist() == expected == [1.0, 0.0, 0.0, 1.0]
-    assert out["rc_format_ok"].tolist() == [1.0, 1.0, 0.0, 1.0]
+    assert out.scores.tolist() == expected == [1.0, 0.0, 0.0, 1.0]
+    assert out.components["format_ok"].tolist() == [1.0, 1.0, 0.0, 1.0]
 
 
 @pytest.mark.parametrize(("mode", "body", "label", "limits"), MISBEHAVING_CASES)
@@ -65,14 +65,14 @@ def test_misbehaving_reward_fails_with_its_label(harness, body, label, limits, m
 @pytest.mark.fast
 def test_writes_inside_the_sandbox_directory_are_allowed(harness):
     out = run_tasks(with_reward(harness, "open('scratch.txt', 'w').write(solution_str)\nreturn 0.5"), ["score"], {"rows": ROWS})
-    assert out["scores"]["score"].eq(0.5).all()
+    assert out.scores.scores.tolist() == [0.5] * len(ROWS)
 
 
 @pytest.mark.fast
 def test_curriculum_and_diagnostics_run_sandboxed(splits):
     pool = splits["train"].iloc[:100]
     out = run_tasks(DEFAULT_HARNESS, ["weights"], {"pool": pool})
-    assert out["weights"].shape == (100,)
+    assert out.weights.shape == (100,)
 
 
 

@@ -33,19 +33,16 @@ def harness_reward(harness_dir: str | Path, sandbox):
 
 
 def curriculum_weights(harness_dir: str | Path, pool: pd.DataFrame, evidence: pd.DataFrame | None, sandbox) -> np.ndarray:
-    """The harness curriculum's sampling weight per pool row, computed in the sandbox and checked here: a
-    worker of its own that runs only the curriculum, with only ``pool`` and ``evidence`` beside it, under the
-    reward's limits. Replay and training both call this (never ``run_tasks`` with other inputs)."""
-    from evotrainer.sandbox.runner import Limits, SandboxError, run_tasks
+    """The harness curriculum's sampling weight per pool row, computed in the sandbox and typed by the door
+    (``door.curriculum_weights``: one finite, non-negative weight per pool row, not all zero, scaled to a maximum
+    of 1; else ``curriculum_error``): a worker of its own that runs only the curriculum, with only ``pool`` and
+    ``evidence`` beside it, under the reward's limits. Replay and training both call this (never ``run_tasks``
+    with other inputs)."""
+    from evotrainer.sandbox.runner import Limits, run_tasks
 
     limits = Limits(timeout_s=sandbox.reward_timeout_s, memory_mb=sandbox.reward_memory_mb)
-    weights = run_tasks(harness_dir, ["weights"], {"pool": pool, "evidence": evidence}, limits=limits,
-                        isolation=sandbox.isolation)["weights"]
-    weights = np.asarray(weights, dtype=float)
-    if weights.shape != (len(pool),) or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
-        raise SandboxError(f"curriculum.prompt_weights returned an invalid array (shape {weights.shape}); it must "
-                           "return one finite, non-negative weight per pool row, not all zero", "curriculum_error")
-    return weights
+    return run_tasks(harness_dir, ["weights"], {"pool": pool, "evidence": evidence}, limits=limits,
+                     isolation=sandbox.isolation).weights
 
 
 def pool_kept_fraction(weights: np.ndarray) -> float:

@@ -170,20 +170,20 @@ class RewardWorker:
         return self._score(rows, turns=True)
 
     def _score(self, rows: list[dict], turns: bool):
-        from evotrainer.contracts.harness import checked_turn_rewards
+        batch = self.score_batch(rows, turns)
+        return batch.scores, dict(batch.components), batch.turn_lists()
+
+    def score_batch(self, rows: list[dict], turns: bool = False):
+        """The reply to a batch as the door types it (``door.reward_reply``: a ``RewardBatch``); a reply of any
+        other shape fails the worker with ``reward_error``."""
+        from evotrainer.sandbox import door
+        from evotrainer.sandbox.runner import SandboxError
 
         reply = self._call({"rows": rows, "turns": turns}, self.timeout_s, f"a batch of {len(rows)} rows")
         try:
-            scores = _finite(reply.get("scores"), len(rows), "score")
-            components = {str(key): _finite(values, len(rows), f"component {key!r}")
-                          for key, values in (reply.get("components") or {}).items()}
-            turn_rewards = reply.get("turn_rewards") if turns else [None] * len(rows)
-            if not isinstance(turn_rewards, list) or len(turn_rewards) != len(rows):
-                raise ValueError(f"turn_rewards: expected {len(rows)} entries")
-            turn_rewards = [checked_turn_rewards(t) for t in turn_rewards]
-        except (TypeError, ValueError, AttributeError, OverflowError) as err:
-            self._fail(f"the reward returned an unusable score: {err}", "reward_error")
-        return scores, components, turn_rewards
+            return door.reward_reply(reply, len(rows), turns)
+        except SandboxError as err:
+            self._fail(str(err), err.label)
 
     def _call(self, message: dict, timeout_s: float, what: str) -> dict:
         from evotrainer.contracts.text import bounded_text
@@ -262,17 +262,6 @@ class RewardWorker:
         if self._dirs is not None:
             self._dirs.__exit__(None, None, None)
             self._dirs = None
-
-
-def _finite(values, n: int, what: str) -> np.ndarray:
-    if not isinstance(values, list) or len(values) != n:
-        raise ValueError(f"{what}: expected {n} values")
-    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
-        raise ValueError(f"{what}: non-numeric value")
-    array = np.asarray(values, dtype=float)
-    if not np.isfinite(array).all():
-        raise ValueError(f"{what}: NaN or infinite value")
-    return array
 
 
 # ---------------------------------------------------------------- the sandboxed side

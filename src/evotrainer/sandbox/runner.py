@@ -38,8 +38,8 @@ import pandas as pd
 
 from evotrainer import supervisor
 from evotrainer.contracts.text import bounded_text
+from evotrainer.sandbox import door, outputs
 from evotrainer.sandbox import isolation as iso
-from evotrainer.sandbox import outputs
 from evotrainer.sandbox.errors import SandboxError
 from evotrainer.sandbox.scratch import MAX_ENTRIES, scratch_dir, tree_bytes
 
@@ -197,8 +197,10 @@ _SET_KEYS = ("evidence", "train_log")
 
 
 def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.DataFrame | dict | None],
-              limits: Limits = Limits(), isolation: str | None = None) -> dict:
-    """Run worker tasks ("score", "weights", "diagnose") over ``inputs``; returns their outputs.
+              limits: Limits = Limits(), isolation: str | None = None) -> TaskOutputs:
+    """Run worker tasks ("score", "weights", "diagnose") over ``inputs``; returns their outputs, typed by the
+    door (``TaskOutputs``: a ``RewardBatch``, a weights array, typed findings). A malformed output raises
+    SandboxError with its channel's label (``evotrainer.sandbox.door``).
 
     inputs: "rows" (score: data_source, response, ground_truth, prompt_id, level), "pool" and
     "evidence" (weights), "evidence", "train_log", "recipe" (diagnose). For diagnose, "evidence" may
@@ -240,22 +242,35 @@ def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.Da
 MAX_FINDINGS_BYTES = 64 << 20
 
 
-def _read_outputs(work: Path, tasks: list[str], inputs: dict) -> dict:
-    """The tasks' outputs through the bounded parser (evotrainer.sandbox.outputs): sandbox_bad_output on any
-    problem. Scores: one finite number per row (score and rc_* components); weights: a 1-D float array of at
-    most one value per pool row (its length, sign and finiteness are the caller's to judge); findings: JSON."""
+@dataclass(frozen=True)
+class TaskOutputs:
+    """What ``run_tasks`` returns: each task's output as the door (``evotrainer.sandbox.door``) typed it; None for
+    a task that was not run. ``findings``: one tuple of findings, or one per evidence set with ``diagnose_sets``."""
+
+    scores: door.RewardBatch | None = None
+    weights: np.ndarray | None = None
+    findings: tuple | None = None
+
+
+def _read_outputs(work: Path, tasks: list[str], inputs: dict) -> TaskOutputs:
+    """The tasks' outputs: parsed by the bounded parser (evotrainer.sandbox.outputs: sandbox_bad_output on any
+    problem), then typed by the door (evotrainer.sandbox.door: its channel's label on a wrong shape)."""
     out: dict = {}
     if "score" in tasks:
         rows = inputs.get("rows")
-        out["scores"] = outputs.read_frame(work / "out_scores.parquet", columns={"score": "float"},
-                                           rows=len(rows) if isinstance(rows, pd.DataFrame) else None)
+        n = len(rows) if isinstance(rows, pd.DataFrame) else None
+        frame = outputs.read_frame(work / "out_scores.parquet", columns={"score": "float"}, rows=n)
+        out["scores"] = door.score_table(frame, n)
     if "weights" in tasks:
         pool = inputs.get("pool")
         limit = 8 * len(pool) + (1 << 17) if isinstance(pool, pd.DataFrame) else outputs.MAX_ARRAY_BYTES
-        out["weights"] = outputs.read_array(work / "out_weights.npy", max_bytes=limit, finite=False)
+        raw = outputs.read_array(work / "out_weights.npy", max_bytes=limit, finite=False)
+        out["weights"] = door.curriculum_weights(raw, len(pool) if isinstance(pool, pd.DataFrame) else len(raw))
     if "diagnose" in tasks:
-        out["findings"] = outputs.read_json(work / "out_findings.json", max_bytes=MAX_FINDINGS_BYTES, max_depth=32)
-    return out
+        raw = outputs.read_json(work / "out_findings.json", max_bytes=MAX_FINDINGS_BYTES, max_depth=32)
+        sets = inputs.get("diagnose_sets")
+        out["findings"] = door.finding_sets(raw, len(sets)) if sets else door.findings(raw)
+    return TaskOutputs(**out)
 
 
 def score_parallel(harness_dir: str | Path, rows: pd.DataFrame, processes: int = 2, limits: Limits = Limits(),
@@ -264,7 +279,8 @@ def score_parallel(harness_dir: str | Path, rows: pd.DataFrame, processes: int =
     from concurrent.futures import ThreadPoolExecutor
 
     def score(chunk: pd.DataFrame) -> pd.DataFrame:
-        return run_tasks(harness_dir, ["score"], {"rows": chunk}, limits, isolation)["scores"]
+        batch = run_tasks(harness_dir, ["score"], {"rows": chunk}, limits, isolation).scores
+        return pd.DataFrame({"score": batch.scores} | {f"rc_{k}": v for k, v in batch.components.items()})
 
     if len(rows) <= chunk_rows or processes <= 1:
         return score(rows)

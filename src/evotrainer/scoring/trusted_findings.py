@@ -32,6 +32,9 @@ Findings (the findings contract, ``contracts.findings``; thresholds: ``THRESHOLD
   (``invalid_actions``, else ``turns - tool_calls``), over all model turns; ``penalised_valid_turn_rate``
   (with the per-turn table beside the evidence): valid tool calls that the reward's turn-level credit
   (``turn_reward``) made negative, over the valid turns. Absent when the columns are.
+- ``harness_diagnostics_failed``: 1.0 (warn) when the harness's own diagnostics failed on this evidence (a crash,
+  a hang, or findings of a shape the sandbox's door refuses); its message names the label. The diagnosis then
+  holds the trusted findings alone, and the run goes on.
 - ``curriculum_starved_share`` (with the harness curriculum's weights over the train pool, computed through the
   door training uses with this evidence): 1 - the pool's effective share the curriculum samples from (Kish
   effective sample size / pool size; 0 for a uniform curriculum);
@@ -88,6 +91,7 @@ THRESHOLDS = {  # name -> (warn above, critical above)
     "curriculum_starved_share": (0.5, 0.75),
     "curriculum_starved_levels": (0.2, 0.4),
     "train_reward_without_accuracy": (0.05, 0.15),
+    "harness_diagnostics_failed": (0.5, 1.5),
 }
 REWARD_RISE = 0.5  # the training reward rose by at least this many of the first step's reward standard deviations
 PAID_FRACTION = 0.5  # paid: reward >= PAID_FRACTION * R

@@ -53,12 +53,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evotrainer.contracts.evidence import COMPONENT_PREFIX, OPTIONAL, REQUIRED, SCHEMA_VERSION
-from evotrainer.contracts.findings import check_findings
+from evotrainer.contracts.findings import Finding
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.layout import RunLayout, generation_dir
 from evotrainer.sandbox.runner import Limits, SandboxError, run_tasks
 
-FLAGGING = ("warn", "critical")
 SANDBOX_LABELS = {"sandbox_timeout": "diagnostic_slow", "sandbox_memory": "diagnostic_memory",
                   "sandbox_violation": "diagnostic_violation", "sandbox_crash": "diagnostic_crash",
                   "sandbox_bad_output": "diagnostic_invalid"}
@@ -145,7 +144,7 @@ def neutral_train_log(source: str | Path | None, dest: str | Path) -> Path | Non
     return Path(dest)
 
 
-def _diagnose(harness: Path, item: dict, scratch: Path, timeout_s: float) -> tuple[list, float]:
+def _diagnose(harness: Path, item: dict, scratch: Path, timeout_s: float) -> tuple[tuple[Finding, ...], float]:
     """One evidence set in its own sandbox, from neutral copies made just for it; (findings, sandbox seconds)."""
     folder = Path(tempfile.mkdtemp(dir=scratch))  # a random name; copied afresh per run, so no mtime/inode order
     try:
@@ -154,7 +153,7 @@ def _diagnose(harness: Path, item: dict, scratch: Path, timeout_s: float) -> tup
         inputs = {"evidence": str(evidence), "train_log": str(log) if log else None, "recipe": item.get("recipe")}
         start = time.monotonic()
         try:
-            findings = run_tasks(harness, ["diagnose"], inputs, Limits(timeout_s=timeout_s, memory_mb=8192))["findings"]
+            findings = run_tasks(harness, ["diagnose"], inputs, Limits(timeout_s=timeout_s, memory_mb=8192)).findings
         except SandboxError as err:
             err.wall_s = time.monotonic() - start
             raise
@@ -175,16 +174,16 @@ def run_order(n_sets: int, seed: int) -> list[int]:
     return order
 
 
-def _changed(candidate: list[dict], parent: list[dict]) -> list[dict]:
-    before = {f["name"]: f for f in parent}
+def _changed(candidate: tuple[Finding, ...], parent: tuple[Finding, ...]) -> list[Finding]:
+    before = {f.name: f for f in parent}
     out = []
     for f in candidate:
-        old = before.get(f["name"])
+        old = before.get(f.name)
         same_value = old is not None and (
-            (old["value"] is None and f["value"] is None)
-            or (old["value"] is not None and f["value"] is not None and math.isclose(old["value"], f["value"],
-                                                                                   rel_tol=1e-9, abs_tol=1e-12)))
-        if old is None or old["severity"] != f["severity"] or not same_value:
+            (old.value is None and f.value is None)
+            or (old.value is not None and f.value is not None and math.isclose(old.value, f.value,
+                                                                           rel_tol=1e-9, abs_tol=1e-12)))
+        if old is None or old.severity != f.severity or not same_value:
             out.append(f)
     return out
 
@@ -228,18 +227,12 @@ def backtest(parent_harness: str | Path, candidate_harness: str | Path, branches
                 return base | {"registered": False, "failure_label": label, "reason": reason,
                                "wall_s": wall + getattr(err, "wall_s", 0.0)}
             wall += took
-            try:
-                check_findings(findings, "candidate diagnostics.py")
-            except (TypeError, ValueError) as err:
-                return base | {"registered": False, "failure_label": "diagnostic_invalid", "reason": str(err),
-                               "wall_s": wall}
-            candidate[i] = findings
+            candidate[i] = findings  # typed by the sandbox's door: a malformed one failed above (diagnostic_invalid)
         parent_start = time.monotonic()
         for i in order:  # the registered diagnostics, on the same neutral inputs
             try:  # the parent's diagnostics were a candidate's once: their failure fails the comparison, not the stage
                 parent[i] = _diagnose(parent_harness, sets[i], Path(scratch), max(conf.timeout_s, PARENT_TIMEOUT_S))[0]
-                check_findings(parent[i], "parent diagnostics.py")
-            except (SandboxError, TypeError, ValueError) as err:
+            except SandboxError as err:
                 return base | {"registered": False, "failure_label": "diagnostic_unverifiable", "wall_s": wall,
                                "reason": f"the registered (parent) diagnostics failed on an evidence set: {err}"}
         parent_wall = time.monotonic() - parent_start
@@ -249,9 +242,9 @@ def backtest(parent_harness: str | Path, candidate_harness: str | Path, branches
         any_change |= bool(changed)
         if smoke and i == 0:
             continue
-        flags = sorted(f["name"] for f in changed if f["severity"] in FLAGGING)
+        flags = sorted(f.name for f in changed if f.flagged)
         per_branch.append({k: branch[k] for k in ("generation", "candidate_id", "kind", "why")}
-                          | {"flagged_by": flags, "flagged": bool(flags), "changed": sorted(f["name"] for f in changed)})
+                          | {"flagged_by": flags, "flagged": bool(flags), "changed": sorted(f.name for f in changed)})
     bad = [b for b in per_branch if b["kind"] == "bad"]
     good = [b for b in per_branch if b["kind"] == "good"]
     recall = sum(b["flagged"] for b in bad) / len(bad) if bad else None

@@ -4,7 +4,10 @@ has, with the earlier generations' evidence and the per-turn table where they ex
 cannot blind them, and they win over a harness finding of the same name). The curriculum's findings weigh the
 run's train pool through the harness's curriculum exactly as training will with this evidence
 (``sandbox.harness_code.curriculum_weights``); a curriculum that fails there gets an ``info`` finding with its
-label, and the stage goes on.
+label, and the stage goes on. So do the harness's own diagnostics: what they return reaches this stage only as
+typed findings through the sandbox's door (``evotrainer.sandbox.door``), and where they crash, hang or return a
+shape the door refuses, the diagnosis holds the trusted findings and ``harness_diagnostics_failed`` (warn) names
+the label.
 
 The evidence is streamed by the sandboxed worker (only the columns the diagnostics declare), and the
 example rows a finding points at are fetched here in one more streaming pass, so a 10M-row file
@@ -13,6 +16,7 @@ never sits in memory whole. diagnostics.parquet gets an ``examples`` column (JSO
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +26,7 @@ from evotrainer.atomic import write_json, write_parquet, write_text
 from evotrainer.contracts import evidence
 from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.evidence_stream import resolve_examples
-from evotrainer.contracts.findings import check_findings
+from evotrainer.contracts.findings import check_findings, findings_frame
 from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import RunLayout
 from evotrainer.sandbox.runner import Limits, run_tasks
@@ -38,15 +42,13 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
     cfg = config(config_path)
     info = evidence.validate_file(rollouts)  # streaming: types from the footer, rows in batches
     log = train_log if train_log and Path(train_log).exists() else None
-    # the generation's diagnostics may have been written by an agent: they run in the sandbox
-    raw = run_tasks(harness_dir, ["diagnose"], {"evidence": rollouts, "train_log": log,
-                                                "recipe": load_recipe(harness_dir)}, DIAGNOSE_LIMITS)
+    harness_findings, failed = harness_diagnosis(harness_dir, rollouts, log)
     trusted = trusted_findings.diagnose_file(rollouts, earlier_evidence(rollouts),
                                              Path(rollouts).with_name("turns.parquet"))
     trusted += curriculum_findings(harness_dir, rollouts, pool or train_pool(rollouts), cfg.sandbox, info["rows"])
     trusted += trusted_findings.training_findings(train_logs(rollouts, log))
-    findings = trusted_findings.merge(check_findings(trusted, "trusted findings"),
-                                      check_findings(raw["findings"], f"{harness_dir}/diagnostics.py"))
+    trusted += failed
+    findings = trusted_findings.merge(check_findings(trusted, "trusted findings"), findings_frame(harness_findings))
     examples = resolve_examples(rollouts, dict(zip(findings["name"], findings["examples"], strict=True)))
     findings["examples"] = [json.dumps(examples[name], default=str) for name in findings["name"]]
     findings.insert(0, "generation", generation)
@@ -62,6 +64,22 @@ def run(config_path: str, rollouts: str, harness_dir: str, train_log: str | None
                      for r in findings.drop(columns="generation").to_dict(orient="records")],
     })
     write_text(out_md, render_markdown(cfg.run, generation, findings, info["rows"]))
+
+
+def harness_diagnosis(harness_dir: str, rollouts: str, log: str | None) -> tuple[tuple, list[dict]]:
+    """The harness's own findings (typed by the sandbox's door), or none and the trusted
+    ``harness_diagnostics_failed`` finding naming the label where they fail: the generation's diagnostics may
+    have been written by an agent and behave differently on this generation's evidence than at their replay."""
+    from evotrainer.sandbox.runner import SandboxError
+
+    try:
+        return run_tasks(harness_dir, ["diagnose"], {"evidence": rollouts, "train_log": log,
+                                                     "recipe": load_recipe(harness_dir)}, DIAGNOSE_LIMITS).findings, []
+    except SandboxError as err:
+        print(f"diagnose: the harness diagnostics failed ({err.label}); the diagnosis holds the trusted findings alone",
+              file=sys.stderr)
+        return (), [trusted_findings.finding("harness_diagnostics_failed", 1.0, 0,
+                                             f"{harness_dir}/diagnostics.py failed ({err.label}): {err}")]
 
 
 def curriculum_findings(harness_dir: str, rollouts: str, pool: Path | str | None, sandbox,

@@ -82,15 +82,15 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
                 rescored = ev.assign(reward=rescore(ev, prompts, reward, recipe=recipe, turns=turns).rewards)
             # what training's curriculum gets: the same door, the same pool, the cached rollouts as recorded
             weights = curriculum_weights(harness, pool, ev, cfg.sandbox)
-            result = run_tasks(harness, ["diagnose"], {"evidence": rescored, "recipe": recipe},
-                               isolation=cfg.sandbox.isolation)
+            findings = run_tasks(harness, ["diagnose"], {"evidence": rescored, "recipe": recipe},
+                                 isolation=cfg.sandbox.isolation).findings
         except (CandidateError, SandboxError) as err:
             write_json(out, base | {"status": "rejected", "failure_label": err.label, "reason": str(err)})
             return
     pool_kept = pool_kept_fraction(weights)
     dead = evidence.dead_group_ratio(rescored)
     groups_kept = 1.0 - dead if recipe["dynamic_sampling"] else 1.0
-    flagged = sorted(f["name"] for f in result["findings"] if f.get("severity") in ("warn", "critical"))
+    flagged = sorted(f.name for f in findings if f.flagged)
     metrics = {
         "rows": len(rescored),
         "reward_mean": float(rescored["reward"].mean()),
