@@ -258,6 +258,39 @@ def test_score_tables_come_through_the_door_typed_or_labelled(n, tmp_path):
     check(n, st.dictionaries(names, column, max_size=4), prop)
 
 
+@pytest.mark.parametrize("n", TIERS)
+def test_environment_settings_are_schema_checked_or_labelled(n, tmp_path):
+    """env.yaml is data, not a sandbox output: trusted code parses it (``load_env``) against ``ENV_SCHEMA``. Any
+    text a candidate writes there is a checked dict of known knobs within range, or a labelled HarnessError."""
+    import yaml
+
+    from evotrainer.contracts.harness import ENV_SCHEMA, HarnessError, load_env
+
+    def prop(text):
+        (tmp_path / "env.yaml").write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            knobs = load_env(tmp_path)
+        except HarnessError as err:
+            assert err.label in ("parse_error", "schema_violation"), err.label
+            return
+        assert isinstance(knobs, dict) and set(knobs) <= set(ENV_SCHEMA)
+        for key, value in knobs.items():
+            field = ENV_SCHEMA[key]
+            assert type(value) is field.kind
+            if field.choices:
+                assert value in field.choices
+            else:
+                assert field.low <= value <= field.high
+
+    knob = st.one_of(st.sampled_from(sorted(ENV_SCHEMA)), st.text(max_size=8))
+    as_yaml = st.dictionaries(knob, st.one_of(HOSTILE, st.integers(-5, 100)), max_size=4).map(
+        lambda d: yaml.safe_dump(d, allow_unicode=True))
+    raw = st.one_of(st.text(max_size=200), st.sampled_from(["? [a, b]\n: 1\n", "max_turns: &a 3\nx: *a\n",
+                                                            "max_turns: !!python/object/apply:os.system [id]\n",
+                                                            "[" * 5000, "max_turns: 1e400\n", "max_turns: .nan\n"]))
+    check(n, st.one_of(as_yaml, raw, HOSTILE.map(lambda v: yaml.safe_dump(v))), prop)
+
+
 @pytest.mark.fast
 def test_the_shape_that_stopped_a_run_is_refused_at_the_door(tmp_path):
     """A flagged finding without a name: replay's ``f["name"]`` raised KeyError and the run stopped (rc=1)."""
