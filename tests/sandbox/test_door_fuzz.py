@@ -291,6 +291,49 @@ def test_environment_settings_are_schema_checked_or_labelled(n, tmp_path):
     check(n, st.one_of(as_yaml, raw, HOSTILE.map(lambda v: yaml.safe_dump(v))), prop)
 
 
+def _program_reply(n: int):
+    test = st.fixed_dictionaries({
+        "status": st.one_of(st.sampled_from(door.PROGRAM_STATUSES), HOSTILE),
+        "time_s": st.one_of(st.floats(0, 5), NUMBERS, HOSTILE), "stdout": st.one_of(st.text(max_size=20), HOSTILE),
+        "stderr": st.text(max_size=5),
+        "result": st.one_of(st.none(), st.integers(1, 200).map(lambda d: "[" * d + "]" * d),
+                            st.just("[" * 200_000 + "]" * 200_000), st.just("NaN"), st.just("1" * 5000), HOSTILE),
+        "exit": st.one_of(st.none(), NUMBERS), "signal": st.one_of(st.none(), NUMBERS), "exc": LEAVES})
+    valid = st.fixed_dictionaries({"compile_error": st.one_of(st.none(), LEAVES),
+                                   "tests": st.lists(st.one_of(test, _mutated(test, ["status", "time_s", "result"]),
+                                                               HOSTILE), min_size=n, max_size=n)})
+    return st.one_of(valid, valid, _mutated(valid, ["compile_error", "tests"]), HOSTILE)
+
+
+@pytest.mark.parametrize("n", TIERS)
+def test_program_outcomes_come_through_the_door_and_the_judge_never_raises(n):
+    """What the code task's verification server sends back about a policy-written program (the program shapes
+    its return value and output; before the door a 200,000-deep return value made the judge raise
+    RecursionError in the trusted verify): typed, bounded, and the judge's verdict is total on it."""
+    from evotrainer.tasks.code_data.judge import Judgement, judge, parse_tests
+
+    spec = parse_tests({"fn_name": "f", "inputs": ["[1]", "[2]"], "outputs": ["2", "[[4]]"]})
+    stdio = parse_tests({"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"]})
+
+    def prop(reply):
+        outcome = door.program_outcome(reply, 2, output_limit=1 << 20)
+        assert set(outcome) == {"compile_error", "tests"}
+        if outcome["compile_error"] is not None:  # nothing ran
+            assert isinstance(outcome["compile_error"], str) and outcome["tests"] == []
+        else:
+            assert len(outcome["tests"]) == 2
+        for test in outcome["tests"]:
+            assert test["status"] in door.PROGRAM_STATUSES and math.isfinite(test["time_s"])
+            assert 0.0 <= test["time_s"] <= door.MAX_TEST_SECONDS
+            assert all(isinstance(test[k], str) for k in ("stdout", "stderr"))
+            result = test["result"]
+            assert result is None or (isinstance(result, str) and outputs.json_depth(result.encode()) <= 64)
+        for case in (spec, stdio):
+            assert isinstance(judge(outcome, case), Judgement)
+
+    check(n, _program_reply(2), prop)
+
+
 @pytest.mark.fast
 def test_the_shape_that_stopped_a_run_is_refused_at_the_door(tmp_path):
     """A flagged finding without a name: replay's ``f["name"]`` raised KeyError and the run stopped (rc=1)."""

@@ -131,3 +131,24 @@ def test_a_server_killed_mid_program_is_restarted_and_the_program_labelled(task)
     assert outcome["v"].correct  # re-run once on a fresh server: the program itself was fine
     assert runner.starts == starts + 1
     assert task.verify(f"```python\n{GOOD}\n```\n# again", TRUTH).correct
+
+
+FORGED_DEEP_RESULT = """import json, os, sys, time
+frame = sys._getframe(0)
+while "status_w" not in frame.f_locals:  # the verification server's child, which exec'd this program
+    frame = frame.f_back
+deep = "[" * 200000 + "]" * 200000
+line = {"i": frame.f_locals["index"], "exc": None, "exit": 0, "result": deep, "t": 0.01, "m": time.monotonic()}
+os.write(frame.f_locals["status_w"], (json.dumps(line) + "\\n").encode())
+os._exit(0)
+"""
+
+
+def test_a_forged_return_value_too_deep_to_parse_is_a_runtime_error_not_a_crash(task):
+    """A program that writes its own test frame, with a return value 200,000 lists deep, on the server's status
+    pipe: the judge's json.loads raised RecursionError in the trusted verify (training, rollout and evaluation
+    would have stopped). The door (sandbox/door.py ``program_outcome``) turns it into an error of that test."""
+    truth = json.dumps({"fn_name": "f", "inputs": ["[1]"], "outputs": ["2"]})
+    v = task.verify(f"```python\n{FORGED_DEEP_RESULT}```", truth)
+    assert not v.correct and v.failure_category == "runtime_error" and v.details.get("error") == "ResultTooDeep"
+    assert task.verify("```python\ndef f(x):\n    return 2\n```", truth).correct

@@ -10,6 +10,8 @@ and they return only what comes out of here.
 | rewards            | ``compute_score`` (the worker's reply, | ``RewardBatch``: scores,       | reward_error           |
 |                    | or the score task's out_scores.parquet)| components, turn rewards      |                        |
 | curriculum weights | ``prompt_weights`` (out_weights.npy)  | read-only float64 array        | curriculum_error       |
+| program outcomes   | a policy-written program, run by the  | the outcome ``ProgramRunner``  | the test's ``error``   |
+|                    | code task's verification server       | documents, each field bounded  | status (``exc`` says)  |
 
 (Environment settings are not a sandbox output: ``env.yaml`` is data, parsed and schema-checked by trusted code,
 ``contracts.harness.check_env``, at the candidate check and wherever it is read.)
@@ -31,6 +33,7 @@ import numpy as np
 from evotrainer.contracts.findings import Finding, FindingsError, parse_findings
 from evotrainer.contracts.harness import MAX_TURN_REWARDS
 from evotrainer.sandbox.errors import SandboxError
+from evotrainer.sandbox.outputs import json_depth
 
 FINDINGS_LABEL = "sandbox_bad_output"
 REWARD_LABEL = "reward_error"
@@ -182,3 +185,58 @@ def curriculum_weights(raw, pool_rows: int) -> np.ndarray:
                            f"finite, non-negative weight per pool row ({pool_rows}), not all zero", WEIGHTS_LABEL)
     array = array.astype(np.float64)
     return _frozen(array / array.max())
+
+
+# ------------------------------------------------------------------------------------------------ program outcomes
+
+PROGRAM_STATUSES = ("ok", "error", "timeout", "skipped", "memory", "output_limit")
+MAX_RESULT_DEPTH = 64  # a call-style test's return value, as JSON text: the judge parses it (recursively)
+MAX_TEST_SECONDS = 1e6
+_TEXT_FIELDS = ("stdout", "stderr")
+
+
+def _program_error(exc: str) -> dict:
+    return {"status": "error", "time_s": 0.0, "stdout": "", "stderr": "", "result": None, "exit": None,
+            "signal": None, "exc": exc}
+
+
+def _small_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31 else None
+
+
+def program_test(raw, output_limit: int) -> dict:
+    """One test's outcome, every field of the documented type and bound. A value the program could shape
+    (its return value as JSON text, its output) that breaks a bound turns the test into an ``error`` whose
+    ``exc`` says which bound."""
+    if not isinstance(raw, Mapping):
+        return _program_error("BadOutcome")
+    status = raw.get("status") if raw.get("status") in PROGRAM_STATUSES else None
+    if status is None:
+        return _program_error("BadOutcome")
+    seconds = raw.get("time_s", 0.0)
+    seconds = float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else -1.0
+    out = {"status": status, "time_s": seconds if 0.0 <= seconds <= MAX_TEST_SECONDS else 0.0,
+           "result": None, "exit": _small_int(raw.get("exit")), "signal": _small_int(raw.get("signal")),
+           "exc": raw["exc"][:200] if isinstance(raw.get("exc"), str) else None}
+    for key in _TEXT_FIELDS:
+        text = raw.get(key, "")
+        out[key] = text if isinstance(text, str) and len(text) <= 4 * output_limit else ""
+    result = raw.get("result")
+    if result is not None:
+        if not isinstance(result, str) or len(result) > output_limit:
+            return out | {"status": "error", "exc": "ResultTooLarge"}
+        if json_depth(result.encode("utf-8", "surrogatepass")) > MAX_RESULT_DEPTH:
+            return out | {"status": "error", "exc": "ResultTooDeep"}
+        out["result"] = result
+    return out
+
+
+def program_outcome(raw, tests: int, output_limit: int) -> dict:
+    """The verification server's reply for ``tests`` tests as ``ProgramRunner.run`` documents it (a compile error
+    and no tests, or one outcome per test); a reply of another shape makes every test an ``error`` (``exc``
+    "BadOutcome"), so the judge never reads a raw one."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("compile_error"), str) and raw["compile_error"]:
+        return {"compile_error": raw["compile_error"][:4000], "tests": []}  # nothing ran
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("tests"), list) or len(raw["tests"]) != tests:
+        return {"compile_error": None, "tests": [_program_error("BadOutcome") for _ in range(tests)]}
+    return {"compile_error": None, "tests": [program_test(test, output_limit) for test in raw["tests"]]}

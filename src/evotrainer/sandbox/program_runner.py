@@ -375,6 +375,8 @@ class ProgramRunner:
     "server_died": bool, "wall_s": float, "tests": [{"status": "ok" | "error" | "timeout" | "skipped" | "memory"
     | "output_limit", "time_s", "stdout", "stderr" (tail), "result" (call style: the return value as JSON
     text), "exit", "signal", "exc"}]}``. ``tests`` are stdin strings (stdio, script) or argument lists (call).
+    The reply comes through the door (``door.program_outcome``): each field typed and bounded, a return value
+    nested deeper than 64 an ``error`` test (``exc`` "ResultTooDeep"), a reply of another shape all ``error``.
     """
 
     def __init__(self, time_limit_s: float = 2.0, memory_mb: int = 256, output_limit_bytes: int = 1 << 20,
@@ -448,7 +450,10 @@ class ProgramRunner:
                     reply = {"compile_error": None, "tests": [
                         {"status": "error", "time_s": 0.0, "stdout": "", "stderr": "", "result": None,
                          "exit": None, "signal": None, "exc": "ServerDied"} for _ in tests]}
-        return reply | {"server_died": died, "wall_s": time.perf_counter() - start}
+        from evotrainer.sandbox import door
+
+        return door.program_outcome(reply, len(tests), self.output_limit) | {
+            "server_died": died, "wall_s": time.perf_counter() - start}
 
     def close(self) -> None:
         from evotrainer.sandbox.scratch import remove_tree
