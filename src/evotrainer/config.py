@@ -600,7 +600,8 @@ def _one_line(err: Exception) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("To append to your config", "Config search path",
                                                             "provider="))]
-    return "; ".join(lines)
+    text = "; ".join(lines)  # evotrainer runs one value per run: Hydra's advice to sweep does not apply
+    return re.sub(r";?\s*\d\. To sweep over it, add --multirun to your command line", "", text)
 
 
 def _missing_option(err: Any, conf: Path) -> str:
@@ -621,10 +622,15 @@ def _checked_override(override: str) -> str:
     closest known key (an unknown plain word is Hydra's to refuse, see ``_hydra_error``)."""
     import dataclasses
 
+    if override.lstrip("~").split("=", 1)[0] == "logger":  # ~logger: no loggers (the schema would put its default back)
+        return "++logger=[]" if override.startswith("~") else f"++logger={_as_list(override.split('=', 1)[1])}"
     if "=" not in override or override.startswith("~"):
         return override
     key, value = override.split("=", 1)
     bare = key.lstrip("+")
+    if bare == "policy.name":  # the group's file carries the policy's own settings (recipe, SFT steps and lr)
+        raise ConfigError(f"config: choose the policy with its group, policy={value} (policy.name={value} alone keeps "
+                          "the other policy's settings: its recipe, SFT steps and learning rate; conf/policy/)")
     if bare.split(".")[0] == "hydra":
         return override
     if "." not in bare:
@@ -637,6 +643,14 @@ def _checked_override(override: str) -> str:
     return f"++{bare}={value}"
 
 
+def _as_list(value: str) -> str:
+    """``logger=console`` or ``logger=console,tensorboard`` as the list the schema holds (``[...]`` unchanged)."""
+    value = value.strip()
+    return value if value.startswith("[") else "[" + value + "]"
+
+
+# Config groups that are no field of the config: they only choose a file (``experiment=quick``)
+CHOICE_ONLY_GROUPS = ("experiment",)
 # Config fields that are also config groups (conf/<name>/): ``task=math`` chooses a file, it sets no value
 _GROUP_FIELDS = ("task", "policy", "trainer", "rollout", "agent", "harness", "search")
 
@@ -655,6 +669,7 @@ def schema_key_problem(key: str) -> str | None:
     has is checked once the config is composed; a key under a mapping field: any); else the error naming the
     closest known key."""
     import dataclasses
+    import difflib
     import typing
 
     node: Any = Config
@@ -666,9 +681,10 @@ def schema_key_problem(key: str) -> str | None:
             return None
         if part not in names:
             where = f"of '{prefix}'" if prefix else "at the top level"
-            full = [f"{prefix}.{name}" if prefix else name for name in names]
-            return (f"config: '{key}' is not a key {where}" + closest_hint(key, full)
-                    + f" (keys {where}: {names})")
+            words = names + ([] if prefix else list(CHOICE_ONLY_GROUPS))
+            close = difflib.get_close_matches(part, words, n=1, cutoff=0.6)
+            hint = f"; did you mean {'.'.join([*parts[:depth], close[0], *parts[depth + 1:]])!r}?" if close else ""
+            return f"config: '{key}' is not a key {where}{hint} (keys {where}: {names})"
         hint = typing.get_type_hints(node).get(part) if part in {f.name for f in dataclasses.fields(node)} else None
         if hint is not None and dataclasses.is_dataclass(hint):
             node = hint
@@ -728,6 +744,9 @@ def validate(cfg: DictConfig) -> DictConfig:
         _check_verl_multi_turn(merged)
     _check_recipe_overrides(merged.policy.recipe, "policy.recipe")
     _check_recipe_overrides(merged.harness.recipe)
+    if merged.policy.name != "hf" and merged.policy.path:
+        raise ConfigError(f"config: policy.path is read by policy=hf only; policy={merged.policy.name} is built in code "
+                          "and would ignore it: add policy=hf (or drop policy.path)")
     if merged.policy.name == "hf" and not merged.policy.path:
         raise ConfigError("config: 'policy.path' is required when policy.name=hf (a local HF model directory, or "
                           "a Hub id in the local HF cache)")

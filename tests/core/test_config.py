@@ -24,7 +24,7 @@ def test_experiment_overrides_apply():
         (["rollout.split=test"], r"'rollout.split' = 'test' is not allowed"),
         (["rollout.split=val"], r"'rollout.split' = 'val' is not allowed"),  # harness code reads the rollouts
         (["search.genrations=3"], r"search.genrations"),
-        (["agent=nope"], r"agent=nope is not an option of the config group 'agent'.*choose one of \['claude', 'cmaes', 'heuristic', 'openai', 'tpe'\]"),
+        (["agent=nope"], r"agent=nope is not an option of the config group 'agent'.*choose one of \['claude', 'cmaes', 'heuristic', 'openai', 'pbt', 'random', 'search_control', 'tpe'\]"),
         (["search.generations=abc"], r"bad key 'search.generations'"),
         (["search.generations=0"], r"'search.generations' = 0 is outside \[1, 1000\]"),
     ],

@@ -1,0 +1,77 @@
+"""A new user's first hour, round two (issue 52): settings that were half applied or silently ignored, and
+messages that led nowhere, as the real ``evotrainer config`` command meets them. Each case failed before its
+fix: ``policy.name=hf`` kept the tiny policy's recipe and SFT settings, ``policy.path`` without ``policy=hf``
+was ignored, ``~logger`` was ignored and ``logger=console`` failed with "AnyNode is not a ListConfig",
+``agent=pbt`` (the README's and docs/population.md's spelling) was not an option, ``experimnet=quick`` and
+``serach.generations`` had no "did you mean", and a value with a comma was told to "add --multirun", which
+evotrainer refuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from evotrainer.config import compose
+from evotrainer.plugins import AGENTS
+
+
+def config(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evotrainer.cli", "config", *overrides], capture_output=True,
+                          text=True, timeout=120)
+
+
+def refused(*overrides: str) -> str:
+    """The one error line ``evotrainer config`` prints for ``overrides``."""
+    result = config(*overrides)
+    assert result.returncode != 0, result.stdout[-500:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("config:"), result.stderr[-1000:]
+    return lines[-1]
+
+
+def composed(*overrides: str) -> dict:
+    result = config(*overrides)
+    assert result.returncode == 0, result.stderr[-1000:]
+    return yaml.safe_load(result.stdout)
+
+
+def test_policy_name_alone_is_refused_naming_the_group():
+    line = refused("policy.name=hf", "policy.path=/tmp")
+    assert "policy=hf" in line and "recipe" in line
+
+
+def test_policy_path_without_policy_hf_is_refused():
+    line = refused("policy.path=/tmp/some-model")
+    assert "policy.path is read by policy=hf only" in line and "add policy=hf" in line
+
+
+def test_logger_takes_one_name_a_comma_list_or_nothing():
+    assert composed("logger=console")["logger"] == ["console"]
+    assert composed("logger=console,jsonl")["logger"] == ["console", "jsonl"]
+    assert composed("~logger")["logger"] == []
+
+
+def test_every_built_in_agent_is_an_option_of_the_agent_group():
+    assert composed("agent=pbt")["agent"]["name"] == "pbt"
+    built_in = [name for name in AGENTS.names() if AGENTS.resolve(name).__module__.startswith("evotrainer.")]
+    assert {"pbt", "random", "search_control", "tpe", "cmaes", "heuristic"} <= set(built_in)
+    for name in built_in:
+        if name in ("claude", "openai"):  # need agent.model
+            assert compose([f"agent={name}", "agent.model=m"]).agent.name == name
+        else:
+            assert compose([f"agent={name}"]).agent.name == name
+
+
+@pytest.mark.parametrize(("override", "meant"), [("experimnet=quick", "'experiment'"),
+                                                 ("serach.generations=2", "'search.generations'"),
+                                                 ("search.generatoins=2", "'search.generations'")])
+def test_a_misspelled_group_or_key_gets_the_whole_corrected_spelling(override, meant):
+    assert f"did you mean {meant}?" in refused(override)
+
+
+def test_no_advice_to_add_multirun():
+    line = refused("search.generations=2,3")
+    assert "--multirun" not in line and "key=[value1,value2]" in line
