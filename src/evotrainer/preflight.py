@@ -6,7 +6,9 @@ What is checked: the task's path fields (``path_field`` in its ``Config``: a fol
 hold), ``policy.path`` for ``policy=hf`` (a model folder, or a Hub id in the local HF cache, with
 ``config.json``, a tokenizer and weights), ``harness.initial`` (a harness folder with ``recipe.yaml``),
 ``agent.extra_candidates`` (a folder), the API key of ``agent=claude|openai`` (the environment variable ``agent.api_key_env`` names, as
-``evotrainer.agents.llm.api_key`` reads it), ``trainer.verl.python`` (an executable), and that
+``evotrainer.agents.llm.api_key`` reads it), ``trainer.verl.python`` (an executable), what can be checked of
+``harness.initial`` and ``harness.reference`` without running their code (the files, the recipe's and env.yaml's
+schemas, the Python files parsed), and that
 ``results_dir`` (and a shared ``skills.library_dir``) can be written.
 """
 
@@ -26,10 +28,10 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     policy = cfg.policy
     if policy.name == "hf" and policy.path:
         problems += _model(str(policy.path))
-    if cfg.harness.initial:
-        problems += _folder("harness.initial", cfg.harness.initial, ("recipe.yaml",), "a harness folder")
-    if cfg.harness.reference:
-        problems += _folder("harness.reference", cfg.harness.reference, ("recipe.yaml",), "a harness folder")
+    for key in ("initial", "reference"):
+        if cfg.harness[key]:
+            found = _folder(f"harness.{key}", cfg.harness[key], ("recipe.yaml",), "a harness folder")
+            problems += found or _harness_files(f"harness.{key}", Path(cfg.harness[key]).expanduser())
     if cfg.flaws.dir:
         problems += _folder("flaws.dir (flaws_dir)", cfg.flaws.dir, (), "a folder of flaw folders (docs/flaws.md)")
     if cfg.agent.extra_candidates:
@@ -44,6 +46,37 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     problems += _writable("results_dir", cfg.results_dir)
     if cfg.skills.enabled and cfg.skills.library_dir:
         problems += _writable("skills.library_dir", cfg.skills.library_dir)
+    return problems
+
+
+def _harness_files(key: str, folder: Path) -> list[str]:
+    """What can be checked of a harness folder without running its code: every file there, the recipe and
+    env.yaml against their schemas, and the Python files parsed (never imported: that is the sandboxed import
+    check in the init job). A recipe with ``lr: abc`` or a reward.py that does not parse fails here, before any job."""
+    import ast
+
+    from evotrainer.contracts.candidate import REQUIRED_FUNCTIONS
+    from evotrainer.contracts.harness import HarnessError, check_layout, load_env, load_recipe
+
+    try:
+        check_layout(folder)
+        load_recipe(folder)
+        load_env(folder)
+    except HarnessError as err:
+        return [f"{key}: {err}"]
+    problems = []
+    for name, function in REQUIRED_FUNCTIONS.items():
+        try:
+            tree = ast.parse((folder / name).read_bytes(), filename=str(folder / name))
+        except (SyntaxError, ValueError, OSError) as err:
+            problems.append(f"{key}: {folder / name} does not parse: {str(err)[:300]}")
+            continue
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+        defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)}
+        imported = any(isinstance(node, ast.ImportFrom | ast.Import) for node in tree.body)
+        if function not in defined and not imported:  # an import may bring it in: the init job's check decides
+            problems.append(f"{key}: {folder / name} defines no {function}()")
     return problems
 
 

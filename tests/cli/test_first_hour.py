@@ -75,3 +75,29 @@ def test_a_misspelled_group_or_key_gets_the_whole_corrected_spelling(override, m
 def test_no_advice_to_add_multirun():
     line = refused("search.generations=2,3")
     assert "--multirun" not in line and "key=[value1,value2]" in line
+
+
+def test_a_broken_initial_harness_is_named_by_evotrainer_config_without_the_yaml(tmp_path):
+    """A recipe knob of the wrong type, a reward.py that does not parse, a curriculum without its function: each
+    named in one line, before any job (it failed in the init job), and no 150 lines of YAML above them."""
+    import shutil
+
+    from evotrainer.contracts.harness import DEFAULT_HARNESS
+
+    harness = tmp_path / "harness"
+    shutil.copytree(DEFAULT_HARNESS, harness)
+    recipe = harness / "recipe.yaml"
+    recipe.write_text("\n".join("lr: abc" if line.startswith("lr:") else line
+                                for line in recipe.read_text().splitlines()) + "\n")
+    result = config(f"harness.initial={harness}")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "harness.initial" in result.stderr and "'lr' must be a number" in result.stderr
+    shutil.copy(DEFAULT_HARNESS / "recipe.yaml", recipe)
+    (harness / "reward.py").write_text((harness / "reward.py").read_text() + "\ndef compute_score(:\n")
+    (harness / "curriculum.py").write_text("import numpy as np\n")
+    lines = refused(f"harness.initial={harness}")  # the last line says the YAML waits
+    stderr = config(f"harness.initial={harness}").stderr
+    assert "reward.py does not parse" in stderr and "defines no prompt_weights()" not in stderr  # an import may bring it
+    assert "the YAML prints once they are fixed" in lines
+    (harness / "curriculum.py").write_text("WEIGHTS = 1\n")
+    assert "curriculum.py defines no prompt_weights()" in config(f"harness.initial={harness}").stderr

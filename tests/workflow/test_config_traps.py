@@ -128,3 +128,17 @@ def test_starting_snakemake_by_another_name_of_the_interpreter_reruns_nothing(tm
                             "-n", data, "--config", "experiment=quick", "forkserver=false"],
                            capture_output=True, text=True, timeout=300)
     assert planned(again, "data") == 0, again.stdout[-2000:]
+
+
+def test_a_broken_initial_harness_fails_the_dry_run_before_any_job(tmp_path):
+    """Issue 52: a recipe with ``lr: abc`` or a reward.py that does not parse passed ``snakemake -n`` and failed in
+    the init job with a traceback; the preflight now checks what it can without running the harness's code."""
+    from evotrainer.contracts.harness import DEFAULT_HARNESS
+
+    harness = tmp_path / "harness"
+    shutil.copytree(DEFAULT_HARNESS, harness)
+    recipe = harness / "recipe.yaml"
+    recipe.write_text(re.sub(r"(?m)^lr: .*$", "lr: abc", recipe.read_text()))
+    (harness / "reward.py").write_text((harness / "reward.py").read_text() + "\ndef compute_score(:\n")
+    message = one_line_failure(snakemake(tmp_path / "w", "-n", "--config", f"harness__initial={harness}"), tmp_path / "w")
+    assert "harness.initial" in message and "'lr' must be a number" in message

@@ -291,8 +291,12 @@ def print_config(overrides: list[str] | None = None) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    print(to_yaml(cfg), end="")
     problems = preflight_problems(cfg)
-    for problem in problems:
+    if not problems:
+        print(to_yaml(cfg), end="")
+        return 0
+    for problem in problems:  # the problems alone: 150 lines of YAML above them would scroll them away
         print(f"config: {problem}", file=sys.stderr)
-    return 2 if problems else 0
+    print("config: composed, but the run would fail on the above; the YAML prints once they are fixed",
+          file=sys.stderr)
+    return 2
