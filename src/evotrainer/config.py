@@ -628,6 +628,8 @@ def _checked_override(override: str) -> str:
         return override
     key, value = override.split("=", 1)
     bare = key.lstrip("+")
+    if bare == "trainer.verl.overrides":  # verl's own syntax, [a.b=1,c=d], as Hydra must read it: quoted elements
+        value = _quoted_elements(value)
     if bare == "policy.name":  # the group's file carries the policy's own settings (recipe, SFT steps and lr)
         raise ConfigError(f"config: choose the policy with its group, policy={value} (policy.name={value} alone keeps "
                           "the other policy's settings: its recipe, SFT steps and learning rate; conf/policy/)")
@@ -641,6 +643,32 @@ def _checked_override(override: str) -> str:
     if problem:
         raise ConfigError(problem)
     return f"++{bare}={value}"
+
+
+def _quoted_elements(value: str) -> str:
+    """``[a.b=1,c=[x,y]]`` as ``["a.b=1","c=[x,y]"]`` (split at the commas outside brackets and quotes); a value
+    that is no bracketed list, or whose elements are quoted already, unchanged."""
+    text = value.strip()
+    if not (text.startswith("[") and text.endswith("]")) or not text[1:-1].strip():
+        return value
+    parts, depth, quote, start = [], 0, "", 1
+    for i, char in enumerate(text[1:-1], start=1):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:-1])
+    parts = [part.strip() for part in parts]
+    if all(part[:1] in "'\"" for part in parts):
+        return value
+    return "[" + ",".join(part if part[:1] in "'\"" else '"' + part.replace('"', '\\"') + '"' for part in parts) + "]"
 
 
 def _as_list(value: str) -> str:

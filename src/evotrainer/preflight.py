@@ -93,7 +93,31 @@ def _task_paths(task: Any) -> list[str]:
         if spec is None or not value:
             continue
         holds, what = spec
-        problems += _folder(f"task.{f.name}", value, holds, what)
+        found = _folder(f"task.{f.name}", value, holds, what)
+        problems += found or _parquet_columns(f"task.{f.name}", Path(str(value)).expanduser(),
+                                              f.metadata.get("columns", ()), what)
+    return problems
+
+
+def _parquet_columns(key: str, folder: Path, columns: tuple[str, ...], what: str) -> list[str]:
+    """Every split file of ``folder`` (train, val, test, probe ``.parquet``) has ``columns``, read from its schema
+    alone (no rows are loaded)."""
+    if not columns:
+        return []
+    import pyarrow.parquet as pq
+
+    problems = []
+    for path in [folder / f"{split}.parquet" for split in ("train", "val", "test", "probe")]:
+        if not path.is_file():
+            continue
+        try:
+            names = set(pq.read_schema(path).names)
+        except Exception as err:  # noqa: BLE001 - pyarrow's errors for a damaged file vary
+            problems.append(f"{key}: {path} is not a readable parquet file ({type(err).__name__})")
+            continue
+        missing = [c for c in columns if c not in names]
+        if missing:
+            problems.append(f"{key}: {path} lacks the column(s) {missing} ({what} need {list(columns)})")
     return problems
 
 

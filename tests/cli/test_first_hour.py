@@ -101,3 +101,27 @@ def test_a_broken_initial_harness_is_named_by_evotrainer_config_without_the_yaml
     assert "the YAML prints once they are fixed" in lines
     (harness / "curriculum.py").write_text("WEIGHTS = 1\n")
     assert "curriculum.py defines no prompt_weights()" in config(f"harness.initial={harness}").stderr
+
+
+def test_a_parquet_without_its_columns_is_named_before_any_job(tmp_path):
+    """A math parquet without ``reward_model`` passed ``evotrainer config`` and ``snakemake -n`` and failed in the
+    data job; its schema is read before any job now (no rows loaded)."""
+    import pandas as pd
+
+    prompt = [[{"role": "user", "content": "1+1"}]]
+    pd.DataFrame({"prompt": prompt, "data_source": ["m"]}).to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame({"prompt": prompt, "data_source": ["m"], "reward_model": [{"style": "rule", "ground_truth": "2"}]}
+                 ).to_parquet(tmp_path / "test.parquet")
+    result = config("task=math", f"task.data_dir={tmp_path}")
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"{tmp_path / 'train.parquet'} lacks the column(s) ['reward_model']" in result.stderr
+    assert "test.parquet" not in result.stderr
+
+
+def test_verl_overrides_take_verls_own_syntax():
+    """``trainer.verl.overrides=[actor_rollout_ref.actor.optim.lr=1e-5]`` failed to parse unless each element was
+    quoted ("no viable alternative at input")."""
+    got = composed("trainer=verl", "trainer.verl.overrides=[actor_rollout_ref.actor.optim.lr=1e-5,data.x=[1,2]]")
+    assert got["trainer"]["verl"]["overrides"] == ["actor_rollout_ref.actor.optim.lr=1e-5", "data.x=[1,2]"]
+    quoted = composed("trainer=verl", 'trainer.verl.overrides=["actor_rollout_ref.actor.optim.lr=1e-5"]')
+    assert quoted["trainer"]["verl"]["overrides"] == ["actor_rollout_ref.actor.optim.lr=1e-5"]

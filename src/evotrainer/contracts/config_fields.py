@@ -63,11 +63,16 @@ def required(default: Any = None, *, hint: str) -> Any:
     return field(default=default, metadata={"required": hint})
 
 
-def path_field(default: Any = None, *, holds: tuple[str, ...] = (), what: str, required_hint: str | None = None) -> Any:
+def path_field(default: Any = None, *, holds: tuple[str, ...] = (), what: str, required_hint: str | None = None,
+               columns: tuple[str, ...] = ()) -> Any:
     """A folder the run reads (e.g. ``task.data_dir``): when set, it must exist and hold the files ``holds``;
-    ``what`` says in words what it is. Checked before the first job (``evotrainer.preflight``), not here: the
-    config is also validated where the folder is not mounted. ``required_hint``: it must be set, as ``required``."""
+    ``what`` says in words what it is; ``columns``: the columns every split file there (train, val, test, probe
+    ``.parquet``) must have. Checked before the first job (``evotrainer.preflight``, from the files'
+    schemas alone), not here: the config is also validated where the folder is not mounted. ``required_hint``: it
+    must be set, as ``required``."""
     metadata: dict[str, Any] = {"path": (tuple(holds), what)}
+    if columns:
+        metadata["columns"] = tuple(columns)
     if required_hint is not None:
         metadata["required"] = required_hint
     return field(default=default, metadata=metadata)

@@ -151,6 +151,7 @@ class MathConfig:
 
     data_dir: str | None = path_field(
         holds=("train.parquet", "test.parquet"), what="verl-format math parquet files (val.parquet optional)",
+        columns=REQUIRED_COLUMNS,
         required_hint="when task.name=math (a folder with train.parquet and test.parquet in verl's format; "
                       "val.parquet optional)")
 
