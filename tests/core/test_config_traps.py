@@ -189,6 +189,14 @@ def test_a_data_dir_without_its_files_is_named(tmp_path):
     problems = preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"]))
     assert any("test.parquet" in p for p in problems)
     (tmp_path / "data" / "test.parquet").write_bytes(b"")  # val.parquet is optional (held out of train)
+    problems = preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"]))
+    assert problems and all("is not a readable parquet file" in p for p in problems)  # their schemas are read
+    import pandas as pd
+
+    rows = pd.DataFrame({"prompt": [[{"role": "user", "content": "1+1"}]], "data_source": ["m"],
+                         "reward_model": [{"style": "rule", "ground_truth": "2"}]})
+    for name in ("train", "test"):
+        rows.to_parquet(tmp_path / "data" / f"{name}.parquet")
     assert preflight_problems(compose(["task=math", f"task.data_dir={tmp_path}/data"])) == []
 
 
