@@ -31,9 +31,11 @@ def reward_diff(prelude: str) -> str:
 # one sleep per batch: under every per-batch deadline (reward_timeout_s), yet it adds up over a backtest
 SLEEPY = reward_diff('if not os.path.exists("slept") or os.path.getmtime("slept") < time.time() - 1:\n'
                      '    time.sleep(1.5)\n    open("slept", "w").close()')
-# a new 20 MB file every second it is called (about one a batch), each far under the per-file limit
-DISK_HOG = reward_diff('if not os.path.exists(f"blob{int(time.time())}"):\n'
-                       '    open(f"blob{int(time.time())}", "wb").write(b"x" * (20 << 20))')
+# a new 20 MB file every 200 calls (about one a batch), each far under the per-file limit; counted, not timed: a
+# file a second wrote fewer than three files over the backtest on an idle machine, and the test failed
+DISK_HOG = reward_diff('_calls = globals().setdefault("_CALLS", [0])\n_calls[0] += 1\n'
+                       'if _calls[0] % 200 == 1:\n'
+                       '    open(f"blob{_calls[0]}", "wb").write(b"x" * (20 << 20))')
 
 
 def _world(root, splits, *overrides):
