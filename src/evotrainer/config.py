@@ -375,6 +375,14 @@ class SearchConf:
     # (dynamic sampling, a larger group) instead of receiving extra; the baseline gets generations x budget
     budget_unit: str = one_of("steps", "steps", "responses", "tokens")
     budget: int = between(0, 0, 10**15)
+    # how a generation spends its slots (evotrainer.search.schedule, docs/schedule.md): rungs (every slot trains a
+    # first rung of first_rung x its budget, select picks the winner, the winner continues for the rest of the
+    # generation's budget); flat (every slot trains its whole budget, the winner's policy goes on)
+    schedule: str = one_of("rungs", "rungs", "flat")
+    first_rung: float = between(0.25, 0.01, 1.0)
+    # rungs: a generation whose diagnosis flags nothing, after one that kept its control, proposes no candidates
+    # (the control's continuation gets its budget; stages/propose.py stall_decision)
+    exploit_when_stalled: bool = True
     min_gain: float = 0.0
     baseline: bool = True
     # also the fixed recipe trained on as many sampled responses as the promoted path was charged: auto = where the
@@ -382,8 +390,8 @@ class SearchConf:
     baseline_matched: str = satisfies("auto", test=lambda v: str(v).lower() in ("auto", "true", "false"),
                                       allowed="auto, true or false")
     # also the fixed recipe trained for the whole search's budget: generations x (1 + agent.max_candidates) x seeds
-    # slots (on in `snakemake headline` with the fixed_search arm)
-    baseline_search: bool = False
+    # slots (the comparison the summary leads with; in `snakemake headline`, the fixed_search arm)
+    baseline_search: bool = True
     # also the tune_then_train arm: Optuna TPE trials from the generation-0 policy (generations x max_candidates), then
     # the best recipe trained for the rest of the same budget (stages/tune.py; on in `snakemake headline` with that arm)
     tune_then_train: bool = False

@@ -124,6 +124,8 @@ TEMPLATES: dict[str, str] = {
     **{f"backtest_{key}": f"{GENERATION}/backtest/{{cid}}/{rel}" for key, rel in TRAINING_RUN.items()},
     "selection": f"{GENERATION}/selection.json",
     "lineage_part": f"{GENERATION}/lineage.parquet",
+    # search.schedule=rungs: the winner's continuation's lineage row (stages/continuation.py)
+    "lineage_continue": f"{GENERATION}/lineage_continue.parquet",
     "gen_skills": f"{GENERATION}/skills.json",
     "gen_approvals": f"{GENERATION}/approvals",
     "gen_approval": f"{GENERATION}/approvals/{{stage}}.json",
@@ -327,6 +329,11 @@ class GenerationLayout:
     def lineage(self) -> Path:
         """This generation's lineage rows (a part of the run's lineage.parquet)."""
         return self._at("lineage_part")
+
+    @property
+    def lineage_continue(self) -> Path:
+        """The winner's continuation's lineage row (search.schedule=rungs; a part of the run's lineage.parquet)."""
+        return self._at("lineage_continue")
 
     skills = _Entry("gen_skills")
     approvals = _Entry("gen_approvals")

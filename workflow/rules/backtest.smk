@@ -30,8 +30,9 @@ rule replay:
         " --generation {wildcards.g} {params.lineage} > {log} 2>&1"
 
 
-# One short training run per candidate from the generation's policy. metrics.json is written last;
-# the policy/, harness/, train_log.parquet and val_rollouts.parquet beside it are complete when it exists.
+# One short training run per candidate from the generation's policy (under search.schedule=rungs, its first
+# rung: evotrainer.search.schedule). metrics.json is written last; the policy/, harness/, train_log.parquet
+# and val_rollouts.parquet beside it are complete when it exists.
 rule backtest:
     input:
         policy=P.policy,
@@ -49,7 +50,8 @@ rule backtest:
         data=lambda wc: str(layout(wc).data),
         out=lambda wc: str(layout(wc).gen(wc.g).backtest(wc.cid).dir),
         seeds=CFG.search.seeds,
-        steps=STEPS,
+        steps=lambda wc: first_rung_steps(RUN_CONFIGS[wc.run]),
+        budget=backtest_budget_flag,
     threads: TRAIN_THREADS
     benchmark:
         P("gen_benchmark", job="backtest_{cid}")
@@ -61,7 +63,41 @@ rule backtest:
         "{params.evo} backtest --config {params.conf} --policy {input.policy} --harness {input.harness}"
         " --candidate {input.candidates}/{wildcards.cid} --data-dir {params.data} --evidence {input.rollouts}"
         " --out-dir {params.out} --generation {wildcards.g} --steps {params.steps} --seeds {params.seeds} --replay {input.replay}"
-        " --threads {threads} > {log} 2>&1"
+        "{params.budget} --threads {threads} > {log} 2>&1"
+
+
+# search.schedule=rungs (docs/schedule.md): the generation's winner, picked by select on every slot's first
+# rung, trains on from its first-rung policy for what the generation's budget has left (stages/continuation.py).
+# metrics.json is written before the lineage row, the rule's output.
+rule continue_winner:
+    input:
+        selection=P.selection,
+        approval=approval_file("select"),
+        policy=P.policy,
+        harness=P.harness,
+        lineage=P.lineage_part,
+        rollouts=P.rollouts,
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+    output:
+        lineage=P.lineage_continue,
+    params:
+        evo=EVO,
+        conf=run_config,
+        data=lambda wc: str(layout(wc).data),
+        out=lambda wc: str(layout(wc).gen(wc.g).backtest("continue").dir),
+    threads: TRAIN_THREADS
+    benchmark:
+        P("gen_benchmark", job="backtest_continue")
+    log:
+        P("gen_log", job="backtest_continue"),
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} continue --config {params.conf} --selection {input.selection} --policy {input.policy}"
+        " --harness {input.harness} --lineage {input.lineage} --data-dir {params.data} --evidence {input.rollouts}"
+        " --out-dir {params.out} --out-lineage {output.lineage} --generation {wildcards.g} --threads {threads}"
+        " > {log} 2>&1"
 
 
 # The fixed-recipe arm: the initial harness, unchanged, for the loop's whole training budget. With

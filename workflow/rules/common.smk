@@ -17,6 +17,7 @@ from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
 from evotrainer.preflight import preflight_problems
 from evotrainer.provenance import check_run_config, stable_interpreter, write_run_configs
+from evotrainer.search.schedule import first_rung_budget, first_rung_steps, rungs_on
 from evotrainer.supervisor import end_descendants
 from evotrainer.tasks import is_multi_turn
 
@@ -205,7 +206,26 @@ def population_lineage_parts(wildcards):
 
 
 def all_lineage_parts(wildcards):
-    return [str(layout(wildcards).gen(g).lineage) for g in range(G)]
+    """Every generation's lineage rows; under search.schedule=rungs, each generation's continuation row too."""
+    gens = [layout(wildcards).gen(g) for g in range(G)]
+    parts = [str(gen.lineage) for gen in gens]
+    if rungs_on(RUN_CONFIGS[wildcards.run]):
+        parts += [str(gen.lineage_continue) for gen in gens]
+    return parts
+
+
+def previous_continuation(wildcards):
+    """search.schedule=rungs: the previous generation's winner's continuation (what promote copies)."""
+    if not rungs_on(RUN_CONFIGS[wildcards.run]):
+        return []
+    return [str(layout(wildcards).gen(int(wildcards.g) - 1).lineage_continue)]
+
+
+def backtest_budget_flag(wildcards):
+    """A slot's first-rung budget per training seed under search.schedule=rungs with a responses or tokens
+    budget (evotrainer.search.schedule); nothing else."""
+    budget = first_rung_budget(RUN_CONFIGS[wildcards.run])
+    return "" if budget is None else f" --budget {budget}"
 
 
 def previous_selection(wildcards):

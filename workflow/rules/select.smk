@@ -32,6 +32,7 @@ rule promote:
         selection=previous_selection,
         skills=previous_skills,
         approval=approval_file("select", previous=True),
+        continuation=previous_continuation,  # search.schedule=rungs: the winner trained on (what promote copies)
     output:
         policy=directory(P.policy),
         harness=directory(P.harness),

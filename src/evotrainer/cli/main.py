@@ -168,14 +168,28 @@ STAGES: dict[str, Command] = {
     "backtest": Command("evotrainer.stages.backtest:run", (
         "config", "policy>parent_policy", "harness>parent_harness", "candidate?>candidate_dir", "data-dir",
         "evidence?>evidence_path", "out-dir", "generation:int", "steps:int",
-        "threads:int", "restarts:int?", "seeds:int?", "replay?", "match-lineage?"),
+        "threads:int", "restarts:int?", "seeds:int?", "replay?", "match-lineage?", "budget:int?", "label?"),
         "one short training run of a candidate (or of the parent harness: control, the baseline arms)",
         helps={"candidate": "the candidate folder (none: the parent harness unchanged)",
                "evidence": "the generation's rollouts (gen<g>/rollouts.parquet)",
                "out-dir": "the backtest folder to write (gen<g>/backtest/<id>)",
                "replay": "the candidate's replay result (gen<g>/replay/<id>.json)",
                "match-lineage": "a run's lineage.parquet: train until as many responses are sampled as its "
-                                "promoted path sampled per seed (the equal-samples baseline)"}),
+                                "promoted path sampled per seed (the equal-samples baseline)",
+               "budget": "this backtest's budget per training seed in search.budget_unit (responses or tokens; "
+                         "a first rung: evotrainer.search.schedule)",
+               "label": "the candidate id of a run without --candidate (default: baseline)"}),
+    "continue": Command("evotrainer.stages.continuation:run", (
+        "config>config_path", "selection", "policy", "harness", "lineage>lineage_part", "data-dir",
+        "evidence?>evidence_path", "out-dir", "out-lineage", "generation:int", "threads:int?"),
+        "search.schedule=rungs: the generation's winner trains on for the rest of its budget",
+        helps={"selection": "the generation's selection (gen<g>/selection.json)",
+               "policy": "the generation's starting policy (gen<g>/policy)",
+               "harness": "the generation's harness (gen<g>/harness)",
+               "lineage": "the generation's lineage rows (gen<g>/lineage.parquet: its first rungs)",
+               "evidence": "the generation's rollouts (gen<g>/rollouts.parquet; the curriculum's input)",
+               "out-dir": "the continuation's backtest folder (gen<g>/backtest/continue)",
+               "out-lineage": "its lineage row to write (gen<g>/lineage_continue.parquet)"}),
     "tune": Command("evotrainer.stages.tune:run", (
         "config>config_path", "policy", "harness", "data-dir", "out-dir", "run-dir", "trials:int", "steps:int",
         "final-steps:int", "seeds:int", "restarts:int", "threads:int"), "the tune_then_train arm: TPE trials, then the best",

@@ -70,27 +70,46 @@ def search_charge(table, slots_per_generation: int) -> dict:
     """The whole search's charge from a lineage table (its ``charge`` column), generation by generation: the
     slots backtested plus the slots left unused up to ``slots_per_generation`` (each at that generation's
     control's budget). A row without a charge record (a lineage written before the ledger) counts what its
-    compute record says it sampled."""
+    compute record says it sampled. A generation spent in rungs (a ``rung`` 1 row: the winner's continuation,
+    evotrainer.search.schedule) has no unused slots: the continuation was given what they did not spend."""
     generations, unit, batch = [], None, 0
     for generation, rows in table.groupby("generation", sort=True):
         records = [as_record(c) for c in rows["charge"]] if "charge" in rows else [None] * len(rows)
         computes = [as_record(c) or {} for c in rows["compute"]]
+        continued = _continuation_rows(rows)
         known = [r for r in records if r]
-        slot = max((int(r["budget"]) for r in known), default=0)
+        slot = max((int(r["budget"]) for r, cont in zip(records, continued, strict=True) if r and not cont), default=0)
         unit = unit or (known[0]["unit"] if known else "responses")
         batch = max([batch] + [int(r.get("batch") or 0) for r in known])
         charged = sum(int(r["charged"]) if r else int(c.get("sampled_responses") or 0)
                       for r, c in zip(records, computes, strict=True))
-        unused = max(0, int(slots_per_generation) - len(rows))
+        first = len(rows) - sum(continued)
+        unused = 0 if any(continued) else max(0, int(slots_per_generation) - first)
         generations.append({
-            "generation": int(generation), "slots": len(rows), "unused_slots": unused, "slot_budget": slot,
+            "generation": int(generation), "slots": first, "unused_slots": unused, "slot_budget": slot,
+            "continuation_charged": sum(int(r["charged"]) for r, cont in zip(records, continued, strict=True)
+                                        if r and cont),
             "charged": charged + unused * slot,
             "sampled_responses": sum(int(c.get("sampled_responses") or 0) for c in computes),
             "generated_tokens": sum(int(c.get("generated_tokens") or 0) for c in computes),
         })
     total = {key: sum(g[key] for g in generations)
-             for key in ("slots", "unused_slots", "charged", "sampled_responses", "generated_tokens")}
+             for key in ("slots", "unused_slots", "charged", "continuation_charged", "sampled_responses",
+                         "generated_tokens")}
     return {"unit": unit or "responses", "batch": batch, **total, "generations": generations}
+
+
+def _continuation_rows(rows) -> list[bool]:
+    """Which rows are a winner's continuation (``rung`` 1)."""
+    if "rung" not in rows:
+        return [False] * len(rows)
+    def continued(rung) -> bool:
+        try:
+            return float(rung) >= 1  # a missing rung (None, NaN, pd.NA) is not
+        except (TypeError, ValueError):
+            return False
+
+    return [continued(rung) for rung in rows["rung"]]
 
 
 def promoted_path_charge(promoted, unit: str = "responses") -> dict:

@@ -16,7 +16,8 @@ from evotrainer.atomic import write_parquet
 from evotrainer.contracts.text import bounded_text
 
 # registered: a diagnostics-only change that passed its backtest on archived evidence (never trained)
-VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered")
+CONTINUED = "continued"  # a generation's winner trained on for the rest of its budget (search.schedule=rungs)
+VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered", CONTINUED)
 FAILURE_LABELS = (
     "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
     "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "sandbox_bad_output", "replay_no_signal",
@@ -69,6 +70,9 @@ SCHEMA = pa.schema(
         ("parent_generation", pa.int64()),
         ("parent_candidate_id", pa.string()),
         ("gain_ci_low", pa.float64()),  # the lower end of the candidate's paired val-gain interval vs its control
+        # search.schedule=rungs (evotrainer.search.schedule): 0 for a slot's first rung, 1 for the winner's
+        # continuation (candidate ``continue``); none under flat
+        ("rung", pa.int64()),
     ]
 )
 
@@ -139,11 +143,14 @@ def ancestry(table: pd.DataFrame, key: tuple[int, str]) -> list[tuple[int, str]]
 def promoted_path(table: pd.DataFrame) -> pd.DataFrame:
     """The backtests the run's final policy descends from: the last generation's promoted (or kept) row and its
     ancestors through the parent columns (a population's branches, PBT members); a lineage without parent columns
-    (written before them) gives its promoted and kept rows, the single lineage's path."""
-    chosen = table[table["verdict"].isin(["promoted", "kept"])]
+    (written before them) gives its promoted and kept rows, the single lineage's path. Under rungs the last
+    generation's continuation (verdict ``continued``) is where the path ends; it descends from its winner."""
+    chosen = table[table["verdict"].isin(["promoted", "kept", CONTINUED])]
     if chosen.empty or "parent_generation" not in table or table["parent_generation"].isna().all():
         return chosen
-    last = chosen[chosen["generation"] == chosen["generation"].max()].iloc[0]
+    final = chosen[chosen["generation"] == chosen["generation"].max()]
+    continued = final[final["verdict"] == CONTINUED]
+    last = (continued if len(continued) else final).iloc[0]
     keys = ancestry(table, (int(last["generation"]), str(last["candidate_id"])))
     index = {(int(r["generation"]), str(r["candidate_id"])): i for i, r in enumerate(table.to_dict("records"))}
     return table.iloc[[index[k] for k in keys]]

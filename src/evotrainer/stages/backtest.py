@@ -55,6 +55,7 @@ from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
 from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.sandbox.candidate_check import check_harness
+from evotrainer.search.schedule import CONTINUATION
 from evotrainer.stages.common import backtest_summary, config, read_split, starting_point, task_of
 
 EXIT_PROMPTS = 64  # probe prompts sampled (x group size) from the trained policy as the branch's evidence
@@ -91,16 +92,21 @@ class Budget:
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
         split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None,
-        match_lineage: str | None = None) -> None:
+        match_lineage: str | None = None, budget: int | None = None, label: str | None = None) -> None:
     """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
     a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
     with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control.
     ``match_lineage`` (the equal-samples baseline): train until as many responses are sampled as the run's
-    promoted path sampled per seed (read from that lineage), split evenly over the restarts."""
+    promoted path sampled per seed (read from that lineage), split evenly over the restarts.
+    ``budget``: this backtest's budget per training seed in ``search.budget_unit`` (responses or tokens), instead
+    of ``search.budget`` per generation's worth of steps (a first rung, a winner's continuation:
+    evotrainer.search.schedule). ``label``: the candidate id of a run without a candidate folder (the
+    continuation's ``continue``; else ``baseline``)."""
     cfg = config(config_path)  # the job's one load of the config: passed down to training and evaluation
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    proposal = read_json(Path(candidate_dir) / "proposal.json") if candidate_dir else {"candidate_id": "baseline"}
+    proposal = (read_json(Path(candidate_dir) / "proposal.json") if candidate_dir
+                else {"candidate_id": label or "baseline"})
     base = {"run": cfg.run, "generation": generation, "candidate_id": proposal["candidate_id"], "steps": steps}
     track = tracking_spec(cfg, out, generation, proposal["candidate_id"], candidate_dir, split_name)
     tracking.require(track.loggers)  # a missing library: one line, before anything trains
@@ -111,7 +117,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             parent_policy, parent_harness = starting_point(out, proposal, generation, parent_policy, parent_harness)
         except CandidateError as err:
             parent_error = err
-    slot = slot_budget(cfg, parent_harness, steps, seeds, match_lineage)
+    slot = slot_budget(cfg, parent_harness, steps, seeds, match_lineage, budget)
 
     def failed(label: str, error: str, **extra) -> None:  # a failed slot is charged in full (contracts.ledger)
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": label, "error": error,
@@ -170,7 +176,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
                            steps=steps, threads=threads, restarts=restarts,
                            seed_index=seed_index + int(proposal.get("seed_offset") or 0) * seeds,
                            tracking=track.with_tags(stage="train", split="train", seed=seed_index).as_dict(),
-                           **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps)))
+                           **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps, budget)))
             usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork, cfg=cfg,
                               deadline_s=max(0.0, budget.wall_s - (time.monotonic() - started)))
             check_training(job, usage, spent, budget, last=seed_index == seeds - 1, rules=not yardstick)
@@ -218,7 +224,8 @@ def tracking_spec(cfg, out: Path, generation: int, candidate: str, candidate_dir
     elif where is not None and where.key.startswith("tune"):
         arm = "tune_then_train"  # a trial of that arm (stages.tune)
     else:
-        arm = "baseline" if candidate_dir is None else tracking.loop_arm(cfg.agent.name, cfg.search.mode)
+        arm = ("baseline" if candidate_dir is None and candidate != CONTINUATION
+               else tracking.loop_arm(cfg.agent.name, cfg.search.mode))
     tags = {"run": cfg.run, "generation": generation, "candidate": candidate, "arm": arm, "stage": "backtest",
             "split": split_name}
     return tracking.Spec(str(tracking.directory(out)), tracking.loggers(cfg), tags)
@@ -310,11 +317,15 @@ def check_training(job: TrainJob, usage: dict, spent: dict, budget: Budget, *, l
             raise TrainingFailed(failure[1], failure[0])
 
 
-def slot_budget(cfg, parent_harness: str, steps: int, seeds: int, match_lineage: str | None = None) -> dict:
+def slot_budget(cfg, parent_harness: str, steps: int, seeds: int, match_lineage: str | None = None,
+                budget: int | None = None) -> dict:
     """This backtest's nominal budget in the ledger's unit (contracts.ledger), all seeds: the configured budget
-    (or, in steps, steps x the parent recipe's batch), or for the equal-samples arm what the promoted path
-    sampled per seed."""
+    (or, in steps, steps x the parent recipe's batch), ``budget`` per seed where given, or for the equal-samples
+    arm what the promoted path sampled per seed."""
     recipe = load_recipe(parent_harness)
+    if budget is not None and cfg.search.budget_unit != "steps":
+        unit = ledger.unit_of(cfg.search.budget_unit)
+        return {"unit": unit, "budget": int(budget) * seeds, "batch": ledger.batch_size(recipe, unit)}
     if match_lineage:
         matched = matched_budget(cfg, match_lineage)
         return {"unit": ledger.unit_of(matched["budget_unit"]), "budget": matched["budget"] * seeds,
@@ -339,11 +350,13 @@ def spent_on_disk(out: Path, seeds: int) -> tuple[int, int]:
     return responses, tokens
 
 
-def compute_budget(cfg, steps: int) -> dict:
-    """A job's budget in the configured unit: ``search.budget`` per generation's worth of steps (a backtest
-    gets one, the baseline ``generations`` of them)."""
+def compute_budget(cfg, steps: int, budget: int | None = None) -> dict:
+    """A job's budget in the configured unit: ``budget`` where given, else ``search.budget`` per generation's
+    worth of steps (a backtest gets one, the baseline ``generations`` of them)."""
     if cfg.search.budget_unit == "steps":
         return {"budget_unit": "steps", "budget": 0}
+    if budget is not None:
+        return {"budget_unit": cfg.search.budget_unit, "budget": int(budget)}
     return {"budget_unit": cfg.search.budget_unit,
             "budget": cfg.search.budget * max(1, steps // cfg.search.steps_per_generation)}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from evotrainer.config import load as load_config
+from evotrainer.search.schedule import CONTINUATION
 
 
 def config(path: str | Path):
@@ -121,4 +122,21 @@ def generation_parent(run_layout, generation: int) -> tuple[int, str] | None:
     chosen = selection.get("next_parent") or {"generation": generation - 1, "candidate_id": selection.get("promoted")}
     if chosen.get("candidate_id") is None:
         return None
+    if continuation_of(run_layout.gen(generation - 1).backtests) is not None:  # search.schedule=rungs
+        return generation - 1, CONTINUATION  # promote copied the winner's continuation
     return int(chosen["generation"]), str(chosen["candidate_id"])
+
+
+def continuation_of(backtest_dir: str | Path):
+    """The generation's winner's continuation (``backtest_dir/continue``, search.schedule=rungs) where it trained
+    and succeeded; None under flat, or where it failed or had nothing left to train (then the winner's
+    first-rung policy goes on)."""
+    from evotrainer.atomic import read_json
+    from evotrainer.layout import TrainingRunLayout
+
+    run = TrainingRunLayout(Path(backtest_dir) / CONTINUATION)
+    try:
+        status = read_json(run.metrics).get("status")
+    except (OSError, ValueError):
+        return None
+    return run if status == "ok" and run.policy.is_dir() else None

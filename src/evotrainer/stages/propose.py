@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from evotrainer.agents import ProposalContext, make_agent
-from evotrainer.atomic import atomic_dir, read_json
+from evotrainer.atomic import atomic_dir, read_json, write_json
 from evotrainer.contracts import agent_calls, lineage
 from evotrainer.contracts import skill as skills
 from evotrainer.contracts.candidate import CONTROL, Proposal
@@ -22,6 +22,7 @@ from evotrainer.layout import RunLayout
 from evotrainer.runtime import diff_hash
 from evotrainer.sandbox.candidate_check import validate
 from evotrainer.search import approvals
+from evotrainer.search.schedule import STALL_RECORD, rungs_on
 from evotrainer.secrets import redact
 from evotrainer.stages.common import config, generation_parent, starting_point, task_of
 
@@ -51,9 +52,10 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
     agent = make_agent(cfg.agent)
     # population mode: one of the agent's slots re-applies a change verified on another branch (crossover)
     crossed = crossover_proposal(cfg, context, run_layout, generation, harness_dir)
+    stalled = stall_decision(cfg, diagnosis, run_layout, generation)
     try:
         narrative = agent.narrate(context)
-        slots = cfg.agent.max_candidates - (1 if crossed else 0)
+        slots = 0 if stalled["exploit"] else cfg.agent.max_candidates - (1 if crossed else 0)
         # at most the agent's slots: an agent that returns more would buy the loop slots no other arm has
         proposals = list(agent.propose(context, slots))[:slots]
         agent_error = None
@@ -84,12 +86,36 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
             record["hypothesis"] = bounded_text(record.get("hypothesis") or "")
             (folder / "proposal.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         agent_calls.write(tmp / agent_calls.FILE_NAME, getattr(agent, "calls", []))  # LLM agents' API calls
+        write_json(tmp / STALL_RECORD, stalled)
         (tmp / "narrative.md").write_text(
             f"# Proposals — generation {generation}\n\n{narrative}\n\n"
+            + (f"Exploit: {stalled['reason']}\n\n" if stalled["exploit"] else "")
             + (f"Agent error: {agent_error}\n\n" if agent_error else "")
             + "".join(f"- `c{i}` {p.intervention}: {p.hypothesis}\n" for i, p in enumerate(proposals, 1)),
             encoding="utf-8",
         )
+
+
+def stall_decision(cfg, diagnosis: dict, run_layout: RunLayout, generation: int) -> dict:
+    """Whether this generation exploits instead of searching (``search.exploit_when_stalled``, under
+    search.schedule=rungs): its diagnosis flags nothing (no finding at warn or critical) and the previous
+    generation gained nothing beyond noise (select kept its control). Then the agent proposes nothing, and the
+    control's first rung and continuation get the generation's whole budget. ``reason`` says why, either way."""
+    flagged = sorted(f["name"] for f in diagnosis.get("findings", []) if f.get("severity") in ("warn", "critical"))
+    if not (rungs_on(cfg) and cfg.search.exploit_when_stalled) or generation == 0:
+        return {"exploit": False, "reason": "search (exploiting a stall needs search.schedule=rungs and a previous "
+                                            "generation)" if generation else "search (generation 0)"}
+    try:
+        previous = read_json(run_layout.gen(generation - 1).selection)
+    except (OSError, ValueError):
+        previous = {}
+    if flagged:
+        return {"exploit": False, "reason": f"search: the diagnosis flags {len(flagged)} finding(s) ({', '.join(flagged[:5])})"}
+    if previous.get("promoted") not in (None, CONTROL):
+        return {"exploit": False, "reason": f"search: generation {generation - 1} promoted {previous.get('promoted')}"}
+    return {"exploit": True, "reason": f"the diagnosis flags nothing and generation {generation - 1} gained nothing "
+                                       "beyond noise (it kept its control): no candidates; the control's continuation "
+                                       "gets the generation's budget"}
 
 
 def crossover_proposal(cfg, context: ProposalContext, run_layout: RunLayout, generation: int,

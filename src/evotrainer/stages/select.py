@@ -23,7 +23,8 @@ from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.harness import harness_id
 from evotrainer.layout import RunLayout, TrainingRunLayout
-from evotrainer.stages.common import config, generation_parent, task_of
+from evotrainer.search.schedule import STALL_RECORD, rungs_on
+from evotrainer.stages.common import config, continuation_of, generation_parent, task_of
 
 RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
 DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy/ folder
@@ -106,6 +107,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
             "parent_generation": None if parent is None else int(parent["generation"]),
             "parent_candidate_id": None if parent is None else str(parent["candidate_id"]),
             "gain_ci_low": intervals[cid]["ci_low"] if cid in intervals else None,
+            "rung": 0 if rungs_on(cfg) else None,
         })
     written = lineage.write_generation(out_lineage, pd.DataFrame(rows))
     successor = next_parent(cfg, lineage.read(lineage_parts or []), written, generation, promoted, run_layout)
@@ -138,6 +140,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                       f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
                       "continues with this generation's starting policy")),
         "promoted_gain_interval": intervals.get(promoted),
+        # search.schedule=rungs: whether propose exploited a stall (no candidates; stages/propose.py), and why
+        "stall": _stall(Path(candidates_dir)),
         # what generation g+1 starts from: the promoted candidate (or the control), or in population mode the
         # member the archive chose (search.population; docs/population.md), with the path that led to it
         "next_parent": successor,
@@ -149,6 +153,13 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                if cfg.search.mode == "population" or cfg.agent.name == "pbt" else set())
     retain(cfg, backtest_dir, promoted, generation, record=Path(out).with_name(RETENTION_RECORD),
            seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids}, keep=members)
+
+
+def _stall(candidates_dir: Path) -> dict | None:
+    try:
+        return read_json(candidates_dir / STALL_RECORD)
+    except (OSError, ValueError):
+        return None
 
 
 def next_parent(cfg, earlier: pd.DataFrame, rows: pd.DataFrame, generation: int, promoted: str,
@@ -296,8 +307,13 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
               f"{successor['candidate_id']} ({successor.get('how')})")
     elif successor:
         chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
+    continued = continuation_of(Path(backtest_dir))
+    if continued is not None:  # search.schedule=rungs: the winner trained on (from the collapsed control's start)
+        chosen = continued
+        print(f"promote: generation {chosen_selection['generation'] + 1} starts from the continuation of "
+              f"{chosen_selection['promoted']} ({chosen.dir})")
     policy = chosen.policy
-    if successor.get("policy") == "start":  # a kept control that collapsed (select.revert_if_collapsed)
+    if continued is None and successor.get("policy") == "start":  # a kept control that collapsed (revert_if_collapsed)
         policy = RunLayout.of(Path(selection).resolve()).gen(int(chosen_selection["generation"])).policy
         print(f"promote: {successor.get('how')}: {(successor.get('collapse') or {}).get('evidence')}")
     copy_tree(policy, out_policy)

@@ -1,8 +1,12 @@
 """Stage `summary`: one table of the run (val per generation, test of evolved vs the fixed recipe) and what each
-arm cost: the promoted path (the backtests whose policies were promoted), the whole search (every
-backtest, candidates and controls) and the fixed-recipe arms. The ledger (contracts.ledger) charges every slot
-its full budget; the test comparison it leads with is the fixed recipe at the promoted path's charged
-responses (``baseline_matched``), where the run has that arm; the equal-steps one follows, labelled."""
+arm cost: the promoted path (the backtests the returned policy descends from: under search.schedule=rungs, each
+generation's winner's first rung and its continuation), the whole search (every backtest, candidates and
+controls) and the fixed-recipe arms. The ledger (contracts.ledger) charges every slot its full budget.
+
+The test comparison it leads with is the one a user would make: the fixed recipe trained on the whole search's
+charge (``baseline_search``), where the run has that arm; then the fixed recipe at the promoted path's charged
+responses (``baseline_matched``) and at equal optimizer steps (``baseline``), labelled. ``returned_share``: the
+returned policy's share of the whole search's charge (the promoted path's charge over the search's)."""
 
 from __future__ import annotations
 
@@ -58,7 +62,7 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
         # the tuner as users run it: TPE trials from the generation-0 policy, then the best recipe (search.tune_then_train)
         "tune_then_train_test_accuracy": tuned["test_accuracy"] if tuned else None,
         "test_stderr": evolved.get("test_stderr"),
-        "candidates_tried": int(len(table)),
+        "candidates_tried": int((table["rung"].fillna(0) < 1).sum()) if "rung" in table else int(len(table)),
         "verdicts": table["verdict"].value_counts().to_dict(),
         "compute": lineage.arm_compute(table, baseline_record, matched_record, whole_record) | {
             "evaluation": {"evolved_test": evolved.get("compute"), "baseline_test": (baseline or {}).get("compute")}},
@@ -72,14 +76,18 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     if elite:
         summary["ledger"]["auxiliary"]["elite_rerun"] = (read_json(elite).get("compute") or {})
     summary["comparison"] = comparisons(summary)
+    summary["returned_share"] = returned_share(summary["ledger"])
     write_json(out_json, summary)
     lines = [f"# EvoTrainer run `{summary['run']}`", "", f"SFT warm start: val accuracy {init['val_accuracy']:.3f}", "",
              "| generation | promoted | intervention | val acc | control val acc |", "|---|---|---|---|---|"]
     lines += [f"| {g['generation']} | {g['promoted']} | {g['intervention']} | {g['val_accuracy']:.3f} | "
               f"{g['control_val_accuracy']:.3f} |" for g in summary["generations"]]
     book = summary["ledger"]
-    lines += ["", f"**Test accuracy** — evolved: {summary['evolved_test_accuracy']:.3f} (promoted path charged "
-              f"{book['promoted_path']['charged']:,} {book['unit']}; whole search {book['search']['charged']:,})"]
+    share = summary["returned_share"]
+    lines += ["", f"**Test accuracy** — evolved: {summary['evolved_test_accuracy']:.3f} (whole search charged "
+              f"{book['search']['charged']:,} {book['unit']}; the returned policy trained on "
+              f"{book['promoted_path']['charged']:,} of them"
+              + (f", {share:.0%}" if share is not None else "") + ")"]
     lines += [f"- vs {c['label']} ({c['arm']}, charged {c['arm_charged']:,} {book['unit']}): "
               f"{c['arm_test_accuracy']:.3f}, evolved {c['difference']:+.3f}" for c in summary["comparison"]]
     if "tune_then_train" in book and book["tune_then_train"]["test_accuracy"] is not None:
@@ -99,6 +107,12 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     lines += [f"| {arm} | {c['optimizer_steps']} | {c['sampled_responses']} | {c['generated_tokens']} | {c['trained_tokens']} | "
               f"{c['train_wall_s']:.0f} |" for arm, c in summary["compute"].items() if arm != "evaluation"]
     write_text(out_md, "\n".join(lines))
+
+
+def returned_share(book: dict) -> float | None:
+    """The returned policy's share of the whole search's charge (None for a search that charged nothing)."""
+    search = int((book.get("search") or {}).get("charged") or 0)
+    return None if search <= 0 else int(book["promoted_path"]["charged"]) / search
 
 
 def val_test_gap(last_selection: dict, evolved: dict, elite: dict | None) -> dict:
@@ -187,11 +201,12 @@ def _rows(path: Path) -> int:
 
 
 def comparisons(summary: dict) -> list[dict]:
-    """Evolved against each fixed-recipe arm the run has, at equal charged responses first (the promoted
-    path's budget), then at the whole search's budget, then at equal optimizer steps; each with both arms'
-    charges (``evolved_charged``: the promoted path's, or the whole search's against the whole-search arm)."""
+    """Evolved against each fixed-recipe arm the run has: at the whole search's charge first (what a user with
+    the same compute would otherwise run), then at the promoted path's charged responses, then at equal optimizer
+    steps; each with both arms' charges (``evolved_charged``: the whole search's against the whole-search arm,
+    else the promoted path's)."""
     book, out = summary["ledger"], []
-    for arm in ("baseline_matched", "baseline_search", "baseline"):
+    for arm in ("baseline_search", "baseline_matched", "baseline"):
         fixed = book["fixed"].get(arm)
         if not fixed or fixed.get("test_accuracy") is None:
             continue

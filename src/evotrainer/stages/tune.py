@@ -10,6 +10,11 @@
 With ``trials = generations x agent.max_candidates`` and ``final_steps = generations x steps x seeds``, the ledger
 charges the arm as many slots as the loop's whole search (docs/compute-ledger.md).
 
+Under ``search.schedule=rungs`` (evotrainer.search.schedule) the arm follows the loop's rule: each trial trains a
+first rung (``search.first_rung`` x a slot's budget), and the best recipe trains for everything the trials did not
+spend of the same total (``generations x (1 + max_candidates)`` slots), so both arms return a policy trained on the
+same share of it.
+
 Resumable: a trial whose backtest finished is told its recorded outcome, not trained again. The sampler is seeded
 from the run seed, so the same asks follow. ``tune/study.json`` is rewritten after every trial, and the final's
 metrics.json is written last.
@@ -26,6 +31,7 @@ from evotrainer.atomic import atomic_dir, read_json, write_json
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.layout import RunLayout
 from evotrainer.runtime import diff_hash
+from evotrainer.search import schedule
 
 ARM = "tune_then_train"
 
@@ -51,6 +57,8 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
         study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(
             seed=sampler_seed(ARM, cfg.seed, 0), multivariate=True, group=True,
             n_startup_trials=startup_trials(1, trials)))
+    rungs = schedule.rungs_on(cfg)
+    trial_steps, trial_budget = (schedule.first_rung_steps(cfg), schedule.first_rung_budget(cfg)) if rungs else (steps, None)
     records = []
     for index in range(trials):
         trial = study.ask()
@@ -64,7 +72,7 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
             print(f"tune_then_train: trial {index + 1}/{trials}: "
                   + (", ".join(f"{k} {parent[k]} -> {v}" for k, v in changes.items()) or "the initial recipe"))
             backtest.run(config_path, policy, harness, str(candidate), data_dir, None, str(out.dir), generation=0,
-                         steps=steps, threads=threads, seeds=seeds)
+                         steps=trial_steps, threads=threads, seeds=seeds, budget=trial_budget)
         metrics = read_json(out.metrics)
         value = metrics.get("val_accuracy") if metrics.get("status") == "ok" else None
         if value is None:
@@ -75,10 +83,19 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
                         "failure_label": metrics.get("failure_label"), "val_accuracy": value,
                         "charge": metrics.get("charge")})
         write_json(layout.tune_study, _study(records))
-    best = _study(records)["best"]
-    print(f"tune_then_train: best {best or 'none (the initial recipe)'}; training it for {final_steps} steps")
+    study_record = _study(records)
+    best = study_record["best"]
+    final_budget = None
+    if rungs:  # the rest of the same total: generations x (1 + max_candidates) slots, less what the trials spent
+        slot = schedule.slot_budget(cfg, parent)
+        total = int(cfg.search.generations) * (1 + int(cfg.agent.max_candidates)) * int(slot["budget"])
+        rest = schedule.rest_of(cfg, slot["unit"], total, study_record["charged"], 0,
+                                load_recipe(layout.tune_backtest(best).harness) if best else parent, multiple=restarts)
+        final_steps, final_budget = rest.steps, (None if cfg.search.budget_unit == "steps" else rest.budget)
+    print(f"tune_then_train: best {best or 'none (the initial recipe)'}; training it for {final_steps} steps"
+          + (f" ({final_budget:,} {cfg.search.budget_unit})" if final_budget else ""))
     backtest.run(config_path, policy, harness, str(layout.tune_candidate(best)) if best else None, data_dir, None,
-                 out_dir, generation=0, steps=final_steps, threads=threads, restarts=restarts)
+                 out_dir, generation=0, steps=final_steps, threads=threads, restarts=restarts, budget=final_budget)
 
 
 def _study(records: list[dict]) -> dict:

@@ -1,0 +1,91 @@
+"""Stage `continue` (search.schedule=rungs; evotrainer.search.schedule, docs/schedule.md): the generation's
+winner, picked by select on every slot's first rung, trains on from its first-rung policy under its own harness
+for what the generation's budget has left, as one more backtest (``gen<g>/backtest/continue``). It writes that
+backtest's metrics.json (last, as every backtest does) and its lineage row (``gen<g>/lineage_continue.parquet``,
+verdict ``continued``, rung 1, parent the winner), and `promote` copies its policy into the next generation.
+
+Where the kept control's training collapsed (select's ``next_parent.policy: start``), the continuation starts
+from the generation's starting policy instead, with the control's harness, as flat's next generation would.
+
+The winner's harness already passed every check on its first rung; this backtest is a yardstick's (no
+kept-fraction rules, the absolute caps only). A continuation that fails keeps its failure label in its row and
+its charge; promote then copies the winner's first-rung policy, so the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from evotrainer.atomic import read_json, write_json
+from evotrainer.contracts import lineage
+from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.layout import TrainingRunLayout
+from evotrainer.search import schedule
+from evotrainer.stages import backtest
+from evotrainer.stages.common import config
+
+
+def run(config_path: str, selection: str, policy: str, harness: str, lineage_part: str, data_dir: str,
+        evidence_path: str | None, out_dir: str, out_lineage: str, generation: int, threads: int = 1) -> None:
+    """``policy`` / ``harness``: the generation's starting point (gen<g>/policy, gen<g>/harness);
+    ``lineage_part``: the generation's lineage rows (its first rungs, from select)."""
+    cfg = config(config_path)
+    chosen = read_json(selection)
+    out = Path(out_dir)
+    winner = str(chosen["promoted"])
+    first_rung = TrainingRunLayout(out.parent / winner)
+    start_policy = str(first_rung.policy)
+    how = f"{winner}'s first-rung policy"
+    if (chosen.get("next_parent") or {}).get("policy") == "start":  # a kept control that collapsed
+        start_policy, how = str(policy), "the generation's starting policy (the kept control's training collapsed)"
+    rows = lineage.read(lineage_part)
+    plan = schedule.continuation(cfg, rows, load_recipe(harness), load_recipe(first_rung.harness))
+    print(f"continue: {winner} from {how}: {plan.budget:,} {plan.unit} left of the generation's "
+          f"{plan.generation_budget:,} ({plan.slots} slots; first rungs charged {plan.first_rungs_charged:,})")
+    base = {"run": cfg.run, "generation": generation, "candidate_id": schedule.CONTINUATION, "continues": winner,
+            "plan": plan.as_dict()}
+    if not plan.runs:
+        write_json(out / "metrics.json", base | {"status": "skipped", "failure_label": None,
+                                                 "error": f"less than one batch left ({plan.budget} {plan.unit})"})
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").unlink(missing_ok=True)  # a rerun after a kill starts over (its training did)
+        steps_budget = cfg.search.budget_unit == "steps"
+        backtest.run(config_path, start_policy, str(first_rung.harness), None, data_dir, evidence_path, str(out),
+                     generation, plan.steps, threads=threads, seeds=1,
+                     budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
+        metrics = read_json(out / "metrics.json")
+        write_json(out / "metrics.json", metrics | {k: v for k, v in base.items() if k not in metrics})
+    lineage.write_generation(out_lineage, pd.DataFrame([row(cfg, chosen, read_json(out / "metrics.json"),
+                                                            first_rung, generation, how)]))
+
+
+def row(cfg, chosen: dict, metrics: dict, first_rung: TrainingRunLayout, generation: int, how: str) -> dict:
+    """The continuation's lineage row: verdict ``continued`` where it trained, else ``failed`` with its label (a
+    skipped one: ``failed``, label none, charged nothing)."""
+    acc = metrics.get("val_accuracy")
+    control = chosen.get("control_val_accuracy")
+    ok = metrics.get("status") == "ok"
+    winner = str(chosen["promoted"])
+    return {
+        "run": cfg.run, "generation": generation, "candidate_id": schedule.CONTINUATION,
+        "intervention": f"continue:{winner}", "parent_harness_id": harness_id(first_rung.harness),
+        "harness_id": metrics.get("harness_id") or harness_id(first_rung.harness), "diff_hash": "", "diff": "",
+        "hypothesis": f"the generation's winner ({winner}) trains on from {how} for the rest of the generation's "
+                      "budget", "targeted_findings": [], "signature": [],
+        "val_accuracy": acc, "control_val_accuracy": control,
+        "delta_vs_control": None if acc is None or control is None else acc - control,
+        "train_reward_final": metrics.get("train_reward_final"),
+        "dead_group_ratio_final": metrics.get("dead_group_ratio_final"),
+        "samples_generated": metrics.get("samples_generated"), "train_wall_s": metrics.get("train_wall_s"),
+        "verdict": schedule.CONTINUED if ok else "failed",
+        "failure_label": None if ok else metrics.get("failure_label"), "recorded_at": time.time(),
+        "compute": json.dumps(metrics["compute"]) if metrics.get("compute") else None,
+        "charge": json.dumps(metrics["charge"]) if metrics.get("charge") else None,
+        "evidence": json.dumps({"plan": metrics.get("plan")}), "error": metrics.get("error"),
+        "parent_generation": generation, "parent_candidate_id": winner, "gain_ci_low": None, "rung": 1,
+    }
