@@ -168,7 +168,7 @@ STAGES: dict[str, Command] = {
     "backtest": Command("evotrainer.stages.backtest:run", (
         "config", "policy>parent_policy", "harness>parent_harness", "candidate?>candidate_dir", "data-dir",
         "evidence?>evidence_path", "out-dir", "generation:int", "steps:int",
-        "threads:int", "restarts:int?", "seeds:int?", "replay?", "match-lineage?", "budget:int?", "label?"),
+        "threads:int", "restarts:int?", "seeds:int?", "replay?", "match-lineage?", "budget:int?>per_seed_budget", "label?"),
         "one short training run of a candidate (or of the parent harness: control, the baseline arms)",
         helps={"candidate": "the candidate folder (none: the parent harness unchanged)",
                "evidence": "the generation's rollouts (gen<g>/rollouts.parquet)",

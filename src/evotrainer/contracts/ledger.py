@@ -112,17 +112,20 @@ def _continuation_rows(rows) -> list[bool]:
     return [continued(rung) for rung in rows["rung"]]
 
 
-def promoted_path_charge(promoted, unit: str = "responses") -> dict:
+def promoted_path_charge(promoted, unit: str = "responses", seeds: int = 1) -> dict:
     """What the promoted path was charged: ``promoted``, its lineage rows (``lineage.promoted_path``: the
     backtests the final policy descends from); a row without a charge record counts what its compute record says
-    it spent in ``unit``."""
+    it spent in ``unit``. ``returned``: what trained the returned policy itself: a backtest trains each of its
+    ``seeds`` training seeds on an equal share of its charge and the next generation goes on from seed 0's, while a
+    winner's continuation (``rung`` 1, search.schedule=rungs) trains one policy on all of its charge."""
     records = [as_record(c) for c in promoted["charge"]] if "charge" in promoted else [None] * len(promoted)
     computes = [as_record(c) or {} for c in promoted["compute"]]
     known = [r for r in records if r]
     spent = "generated_tokens" if unit == "tokens" else "sampled_responses"
-    return {"unit": known[0]["unit"] if known else unit,
-            "charged": sum(int(r["charged"]) if r else int(c.get(spent) or 0)
-                           for r, c in zip(records, computes, strict=True)),
+    charges = [int(r["charged"]) if r else int(c.get(spent) or 0) for r, c in zip(records, computes, strict=True)]
+    return {"unit": known[0]["unit"] if known else unit, "charged": sum(charges),
+            "returned": sum(charge if continued else charge // max(1, int(seeds))
+                            for charge, continued in zip(charges, _continuation_rows(promoted), strict=True)),
             "sampled_responses": sum(int(c.get("sampled_responses") or 0) for c in computes)}
 
 

@@ -92,13 +92,13 @@ class Budget:
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
         split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None,
-        match_lineage: str | None = None, budget: int | None = None, label: str | None = None) -> None:
+        match_lineage: str | None = None, per_seed_budget: int | None = None, label: str | None = None) -> None:
     """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
     a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
     with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control.
     ``match_lineage`` (the equal-samples baseline): train until as many responses are sampled as the run's
     promoted path sampled per seed (read from that lineage), split evenly over the restarts.
-    ``budget``: this backtest's budget per training seed in ``search.budget_unit`` (responses or tokens), instead
+    ``per_seed_budget``: this backtest's budget per training seed in ``search.budget_unit`` (responses or tokens), instead
     of ``search.budget`` per generation's worth of steps (a first rung, a winner's continuation:
     evotrainer.search.schedule). ``label``: the candidate id of a run without a candidate folder (the
     continuation's ``continue``; else ``baseline``)."""
@@ -117,7 +117,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
             parent_policy, parent_harness = starting_point(out, proposal, generation, parent_policy, parent_harness)
         except CandidateError as err:
             parent_error = err
-    slot = slot_budget(cfg, parent_harness, steps, seeds, match_lineage, budget)
+    slot = slot_budget(cfg, parent_harness, steps, seeds, match_lineage, per_seed_budget)
 
     def failed(label: str, error: str, **extra) -> None:  # a failed slot is charged in full (contracts.ledger)
         write_json(out / "metrics.json", base | {"status": "failed", "failure_label": label, "error": error,
@@ -176,7 +176,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
                            steps=steps, threads=threads, restarts=restarts,
                            seed_index=seed_index + int(proposal.get("seed_offset") or 0) * seeds,
                            tracking=track.with_tags(stage="train", split="train", seed=seed_index).as_dict(),
-                           **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps, budget)))
+                           **(matched_budget(cfg, match_lineage) if match_lineage else compute_budget(cfg, steps, per_seed_budget)))
             usage = supervise(job, hang_s=cfg.search.train_hang_s, fork=fork, cfg=cfg,
                               deadline_s=max(0.0, budget.wall_s - (time.monotonic() - started)))
             check_training(job, usage, spent, budget, last=seed_index == seeds - 1, rules=not yardstick)
@@ -362,15 +362,17 @@ def compute_budget(cfg, steps: int, budget: int | None = None) -> dict:
 
 
 def matched_budget(cfg, lineage_path: str) -> dict:
-    """What the promoted path was charged per training seed (contracts.ledger; its backtests' charge records):
-    generated tokens when the search budgets tokens, else sampled responses."""
+    """What trained the run's returned policy (contracts.ledger ``promoted_path_charge``'s ``returned``: the promoted
+    path's charge per training seed, its winners' continuations in full): generated tokens when the search budgets
+    tokens, else sampled responses."""
     from evotrainer.contracts import lineage
 
     unit = "tokens" if cfg.search.budget_unit == "tokens" else "responses"
-    spent = ledger.promoted_path_charge(lineage.promoted_path(lineage.read(lineage_path)), unit)["charged"]
+    spent = ledger.promoted_path_charge(lineage.promoted_path(lineage.read(lineage_path)), unit,
+                                        seeds=int(cfg.search.seeds))["returned"]
     if spent <= 0:
         raise ValueError(f"{lineage_path}: the promoted path has no compute records to match")
-    return {"budget_unit": unit, "budget": int(spent) // cfg.search.seeds}
+    return {"budget_unit": unit, "budget": int(spent)}
 
 
 def supervise(job: TrainJob, hang_s: float, fork: bool = False, cfg=None, deadline_s: float | None = None) -> dict:

@@ -57,7 +57,7 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
         steps_budget = cfg.search.budget_unit == "steps"
         backtest.run(config_path, start_policy, str(first_rung.harness), None, data_dir, evidence_path, str(out),
                      generation, plan.steps, threads=threads, seeds=1,
-                     budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
+                     per_seed_budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
         metrics = read_json(out / "metrics.json")
         write_json(out / "metrics.json", metrics | {k: v for k, v in base.items() if k not in metrics})
     lineage.write_generation(out_lineage, pd.DataFrame([row(cfg, chosen, read_json(out / "metrics.json"),

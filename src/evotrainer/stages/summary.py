@@ -86,7 +86,7 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     share = summary["returned_share"]
     lines += ["", f"**Test accuracy** — evolved: {summary['evolved_test_accuracy']:.3f} (whole search charged "
               f"{book['search']['charged']:,} {book['unit']}; the returned policy trained on "
-              f"{book['promoted_path']['charged']:,} of them"
+              f"{book['promoted_path'].get('returned', book['promoted_path']['charged']):,} of them"
               + (f", {share:.0%}" if share is not None else "") + ")"]
     lines += [f"- vs {c['label']} ({c['arm']}, charged {c['arm_charged']:,} {book['unit']}): "
               f"{c['arm_test_accuracy']:.3f}, evolved {c['difference']:+.3f}" for c in summary["comparison"]]
@@ -110,9 +110,12 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
 
 
 def returned_share(book: dict) -> float | None:
-    """The returned policy's share of the whole search's charge (None for a search that charged nothing)."""
+    """The returned policy's share of the whole search's charge: what trained it (the promoted path per training
+    seed, its continuations in full: ledger ``returned``) over what the search was charged (None for a search that
+    charged nothing)."""
     search = int((book.get("search") or {}).get("charged") or 0)
-    return None if search <= 0 else int(book["promoted_path"]["charged"]) / search
+    path = book["promoted_path"]
+    return None if search <= 0 else int(path.get("returned", path["charged"])) / search
 
 
 def val_test_gap(last_selection: dict, evolved: dict, elite: dict | None) -> dict:
@@ -131,13 +134,13 @@ def val_test_gap(last_selection: dict, evolved: dict, elite: dict | None) -> dic
 def run_ledger(table, run_dir: Path, config_path: str | None, fixed: dict, evolved: dict) -> dict:
     """The run's compute ledger (contracts.ledger): the whole search and the promoted path as charged, each
     fixed-recipe arm's charge, and the auxiliary columns that are reported but never charged."""
-    slots = 1 + (_max_candidates(config_path) if config_path else 0)
+    slots, seeds = _search_shape(config_path)
     search = ledger.search_charge(table, slots) if len(table) else {"unit": "responses", "charged": 0, "slots": 0}
     arms = {arm: {"label": FIXED_ARMS[arm], **(record.get("charge") or {}),
                   "test_accuracy": (test or {}).get("test_accuracy")}
             for arm, (record, test) in fixed.items() if record is not None}
     return {"unit": search["unit"], "slots_per_generation": slots, "search": search,
-            "promoted_path": ledger.promoted_path_charge(lineage.promoted_path(table)), "fixed": arms,
+            "promoted_path": ledger.promoted_path_charge(lineage.promoted_path(table), seeds=seeds), "fixed": arms,
             "auxiliary": auxiliary(table, run_dir, evolved, [test for _, test in fixed.values()])}
 
 
@@ -153,10 +156,14 @@ def tune_charge(run_dir: Path, final: dict, test: dict | None) -> dict:
             "test_accuracy": (test or {}).get("test_accuracy")}
 
 
-def _max_candidates(config_path: str) -> int:
+def _search_shape(config_path: str | None) -> tuple[int, int]:
+    """Slots per generation (1 + agent.max_candidates) and training seeds per slot (search.seeds)."""
+    if not config_path:
+        return 1, 1
     from evotrainer.stages.common import config
 
-    return int(config(config_path).agent.max_candidates)
+    cfg = config(config_path)
+    return 1 + int(cfg.agent.max_candidates), int(cfg.search.seeds)
 
 
 def auxiliary(table, run_dir: Path, evolved: dict, fixed_tests: list[dict | None]) -> dict:
