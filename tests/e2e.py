@@ -10,15 +10,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval; a compute
-# budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples)
+# budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples).
+# The shared run spends its slots flat (every slot its whole budget: the protocol its tests check);
+# tests/workflow/test_schedule.py runs the same config under the default, search.schedule=rungs.
 BUDGET = 12 * 32 * 8
 QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
-         "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true"]
+         "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true",
+         "search__schedule=flat"]
 
 
-def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
+def snakemake_cmd(workdir: Path, planted: Path, *extra: str, schedule: str = "flat") -> list[str]:
+    config = [c for c in QUICK if not c.startswith("search__schedule=")] + [f"search__schedule={schedule}"]
     return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--cores", "2", *extra, "--config", *QUICK, f"agent__extra_candidates={planted}"]
+            "--cores", "2", *extra, "--config", *config, f"agent__extra_candidates={planted}"]
 
 
 def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -26,8 +30,10 @@ def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
-    result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
+def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400,
+                  schedule: str = "flat") -> subprocess.CompletedProcess:
+    result = subprocess.run(snakemake_cmd(workdir, planted, *extra, schedule=schedule), capture_output=True, text=True,
+                            timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

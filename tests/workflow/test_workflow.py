@@ -238,12 +238,15 @@ def test_the_ledger_charges_every_slot_its_full_budget(finished_run):
     assert book["search"]["charged"] == 2 * BUDGET * (len(table) + book["search"]["unused_slots"])
     assert book["promoted_path"]["charged"] == 2 * 2 * BUDGET  # two generations' promoted (or kept) slots
     assert book["fixed"]["baseline_matched"]["charged"] == book["promoted_path"]["charged"] // 2  # per training seed
-    assert [c["arm"] for c in summary["comparison"]] == ["baseline_matched", "baseline"]
+    # the comparison a user would make leads: the fixed recipe at the whole search's charge (search.baseline_search)
+    assert [c["arm"] for c in summary["comparison"]] == ["baseline_search", "baseline_matched", "baseline"]
+    assert book["fixed"]["baseline_search"]["charged"] == book["search"]["charged"]
+    assert summary["returned_share"] == pytest.approx(book["promoted_path"]["charged"] / 2 / book["search"]["charged"])
     aux = book["auxiliary"]
     assert min(aux["rollout_responses"], aux["exit_responses"], aux["val_responses"], aux["test_responses"]) > 0
     page = (finished_run / "report.html").read_text()
     assert "fixed recipe, equal charged responses" in page and "charged" in page
-    assert "vs fixed recipe, the promoted path's charged responses" in (finished_run / "summary.md").read_text()
+    assert "vs fixed recipe, the responses that trained the returned policy" in (finished_run / "summary.md").read_text()
 
 
 def test_cli_commands_on_a_finished_run(finished_run):

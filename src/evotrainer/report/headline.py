@@ -118,7 +118,7 @@ def _skill_library(summary: Path) -> str | None:
 
 ARMS = {  # arm -> (what it is, the compute record that paid for it)
     "baseline": ("fixed recipe, equal optimizer steps", "baseline"),
-    "baseline_matched": ("fixed recipe, the promoted path's charged responses", "baseline_matched"),
+    "baseline_matched": ("fixed recipe, the responses that trained the returned policy", "baseline_matched"),
     "baseline_search": ("fixed recipe, the whole search's budget", "baseline_search"),
     "tune_then_train": ("Optuna TPE trials from the generation-0 policy, then the best recipe for the rest of the "
                         "budget (how users run a tuner)", "whole_search"),
@@ -281,6 +281,7 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     diffs = {arm: paired_prompt_diffs(correct["evolved"], correct[arm]) for arm in arms if arm in correct}
     libraries = [_skill_library(Path(p)) for p in summaries]
     matched = arms["baseline_matched"]
+    whole = arms["baseline_search"]
     result = analyse(evolved, baseline, prompt_diffs=diffs.get("baseline")) | {
         "per_seed": [{"run": r["run"], "evolved": r["evolved_test_accuracy"],
                       **{arm: values[i] for arm, values in arms.items()},
@@ -290,6 +291,11 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
         # the same comparison against the fixed recipe given as many sampled responses as the promoted path
         "vs_baseline_matched": (analyse(evolved, np.array(matched, dtype=float), prompt_diffs=diffs.get("baseline_matched"))
                                 if all(m is not None for m in matched) else None),
+        # the comparison a user would make first: the fixed recipe trained on the whole search's charge
+        "vs_baseline_search": (analyse(evolved, np.array(whole, dtype=float), prompt_diffs=diffs.get("baseline_search"))
+                               if all(m is not None for m in whole) else None),
+        # the share of the whole search's charge that trained each seed's returned policy (search.schedule)
+        "returned_share": [r.get("returned_share") for r in rows],
         "arms": arm_table(rows, arms, diffs, charged, refused, auxiliary),
         "refused": refused,
         "unit": next((r["ledger"]["unit"] for r in rows if r.get("ledger")), None),

@@ -26,7 +26,7 @@ from evotrainer.layout import RunLayout  # noqa: E402
 
 SECTIONS = ("val-per-generation", "training-curves", "lineage", "findings", "test", "compute", "agent-cost")
 VERDICT_COLOURS = {"promoted": "#2e7d32", "kept": "#1565c0", "rejected": "#9e9e9e", "failed": "#c62828",
-                   "vetoed": "#6a1b9a", "registered": "#ef6c00"}
+                   "vetoed": "#6a1b9a", "registered": "#ef6c00", "continued": "#00838f"}
 SEVERITY_LEVEL = {"ok": 0, "warn": 1, "critical": 2}
 CURVES = [("reward_mean", "training reward"), ("accuracy", "training accuracy"), ("dead_group_ratio", "dead-group ratio"),
           ("entropy", "entropy"), ("kl", "KL to parent"), ("response_len_mean", "response length (tokens)")]
@@ -131,31 +131,69 @@ def plot_lineage_tree(data: RunData) -> bytes:
     table = data.lineage
     gens = sorted(table["generation"].unique()) if len(table) else []
     height = max(3.0, 0.55 * max((table["generation"].value_counts().max() if len(table) else 1), 1) + 1)
-    fig, ax = plt.subplots(figsize=(3.2 * max(len(gens), 1) + 1, height))
-    positions: dict[tuple[int, str], tuple[float, float]] = {}
-    for g in gens:
-        rows = table[table["generation"] == g].reset_index(drop=True)
-        for i, row in rows.iterrows():
-            positions[(g, row["candidate_id"])] = (g, -i)
-    for (g, _cid), (px, py), (x, y) in _lineage_edges(table, positions):
+    positions = _lineage_positions(table, gens)
+    columns = int(max([x for x, _ in positions.values()] or [0])) + 1  # a run in rungs: two per generation
+    fig, ax = plt.subplots(figsize=(3.2 * columns + 1, height))
+    for _child, (px, py), (x, y) in _lineage_edges(table, positions):
         ax.annotate("", xy=(x - 0.42, y), xytext=(px + 0.42, py),
                     arrowprops={"arrowstyle": "->", "color": "#999", "lw": 0.8,
-                                "connectionstyle": "arc3,rad=0.0" if px == g - 1 else "arc3,rad=-0.2"})
+                                "connectionstyle": "arc3,rad=0.0" if x - px <= 1 else "arc3,rad=-0.2"})
     for (g, cid), (x, y) in positions.items():
         row = table[(table["generation"] == g) & (table["candidate_id"] == cid)].iloc[0]
         delta = row["delta_vs_control"]
-        label = f"{cid}: {row['intervention']}\n" + (f"Δ {delta:+.3f}" if pd.notna(delta) else str(row["failure_label"]))
+        what = "" if _rung(row) >= 1 else f": {row['intervention']}"  # a continuation: its winner is its parent
+        label = f"{cid}{_rung_label(row)}{what}\n" + (
+            f"Δ {delta:+.3f}" if pd.notna(delta) else str(row["failure_label"]))
         ax.text(x, y, label, ha="center", va="center", fontsize=7,
                 bbox={"boxstyle": "round", "fc": "white", "ec": VERDICT_COLOURS.get(row["verdict"], "#000"), "lw": 2})
-    ax.set_xlim(-0.6, max(gens, default=0) + 0.6)
+    ax.set_xlim(-0.6, columns - 0.4)
     ax.set_ylim(min((p[1] for p in positions.values()), default=0) - 0.7, 0.7)
-    ax.set_xticks(gens, [f"gen {g}" for g in gens])
+    if columns > len(gens):  # rungs: every slot's first rung, then the winner's continuation
+        ax.set_xticks(range(columns), [f"gen {x // 2}: first rungs" if x % 2 == 0 else f"gen {x // 2}: winner continues"
+                                       for x in range(columns)])
+    else:
+        ax.set_xticks(gens, [f"gen {g}" for g in gens])
     ax.set_yticks([])
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     handles = [plt.Line2D([], [], marker="s", ls="", mec=c, mfc="white", mew=2, label=v) for v, c in VERDICT_COLOURS.items()]
     ax.legend(handles=handles, loc="lower left", fontsize=7, ncol=4, bbox_to_anchor=(0, -0.25))
     return _png(fig)
+
+
+def _lineage_positions(table: pd.DataFrame, gens: list) -> dict[tuple[int, str], tuple[float, float]]:
+    """Where each backtest's box goes: generation g's slots in one column, top to bottom. A run spent in rungs
+    (search.schedule=rungs) gives each generation two columns: its first rungs, then its winner's continuation
+    (``rung`` 1) on the winner's row."""
+    spread = 2 if len(table) and any(_rung(row) >= 1 for row in table.to_dict("records")) else 1
+    positions: dict[tuple[int, str], tuple[float, float]] = {}
+    for g in gens:
+        rows = table[table["generation"] == g].reset_index(drop=True)
+        later = []
+        for i, row in rows.iterrows():
+            if _rung(row) >= 1:
+                later.append(row)
+            else:
+                positions[(g, row["candidate_id"])] = (spread * g, -i)
+        for row in later:
+            parent = positions.get((g, str(row.get("parent_candidate_id"))), (spread * g, -len(rows)))
+            positions[(g, row["candidate_id"])] = (spread * g + 1, parent[1])
+    return positions
+
+
+def _rung(row) -> int:
+    value = row.get("rung") if hasattr(row, "get") else None
+    return -1 if value is None or pd.isna(value) else int(value)
+
+
+def _rung_label(row) -> str:
+    """`` · rung r, N responses`` for a backtest of a run spent in rungs (its charged budget); nothing under flat."""
+    rung = _rung(row)
+    if rung < 0:
+        return ""
+    charge = row.get("charge")
+    charged = (json.loads(charge) if isinstance(charge, str) else {}).get("charged")
+    return f" · rung {rung}" + (f" ({int(charged):,})" if charged else "")
 
 
 def _lineage_edges(table: pd.DataFrame, positions: dict) -> list:
@@ -204,14 +242,15 @@ def plot_findings_heatmap(data: RunData) -> bytes:
 
 
 # the arms of a run's test section, and what each fixed-recipe arm's budget was (stages.summary.FIXED_ARMS)
-TEST_ARMS = ("evolved", "baseline_matched", "baseline_search", "baseline")
-TEST_LABELS = {"evolved": "evolved (promoted path)", "baseline_matched": "fixed recipe, equal charged responses",
+TEST_ARMS = ("evolved", "baseline_search", "baseline_matched", "baseline")
+TEST_LABELS = {"evolved": "evolved (the returned policy)", "baseline_matched": "fixed recipe, equal charged responses",
                "baseline_search": "fixed recipe, the whole search's budget", "baseline": "fixed recipe, equal steps"}
 
 
 def primary_arm(data: RunData) -> str | None:
-    """The fixed-recipe arm the report compares with first: at equal charged responses where the run has it."""
-    return next((arm for arm in ("baseline_matched", "baseline") if arm in data.tests), None)
+    """The fixed-recipe arm the report compares with first: the whole search's charge (what a user with the same
+    compute would otherwise run) where the run has it, else equal charged responses, else equal steps."""
+    return next((arm for arm in ("baseline_search", "baseline_matched", "baseline") if arm in data.tests), None)
 
 
 def test_difference(data: RunData, arm: str | None = "baseline") -> dict | None:
@@ -344,8 +383,8 @@ def build(run_dir: str | Path, out_html: str | Path, figures_dir: str | Path | N
         for name, png in figures.items():
             with atomic_path(Path(figures_dir) / f"{name}.png") as tmp:
                 tmp.write_bytes(png)
-    lineage_cols = ["generation", "candidate_id", "intervention", "hypothesis", "val_accuracy", "delta_vs_control",
-                    "verdict", "failure_label"]
+    lineage_cols = ["generation", "candidate_id", "rung", "intervention", "hypothesis", "val_accuracy",
+                    "delta_vs_control", "verdict", "failure_label"]
     agent = agent_calls.summarize(data.dir)  # every gen<g>/candidates/agent_calls.parquet
     if agent["calls"]:
         agent_html = (f"<p>{agent['calls']} API call(s) ({html.escape(', '.join(agent['models']))}), "

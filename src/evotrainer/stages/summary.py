@@ -20,7 +20,7 @@ from evotrainer.layout import RunLayout, TrainingRunLayout
 
 FIXED_ARMS = {  # fixed-recipe arm -> what its budget is, as reports label it
     "baseline": "fixed recipe, equal optimizer steps",
-    "baseline_matched": "fixed recipe, the promoted path's charged responses",
+    "baseline_matched": "fixed recipe, the responses that trained the returned policy",
     "baseline_search": "fixed recipe, the whole search's budget",
 }
 

@@ -1,0 +1,128 @@
+"""search.schedule (evotrainer.search.schedule) on known numbers: what a first rung is, what the winner's
+continuation gets (a stopped slot's unspent budget and an unused slot's reach it; a generation's charge is the same
+under both schedules), the promoted path through a continuation, and when a generation exploits a stall."""
+
+import json
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from evotrainer.config import compose
+from evotrainer.contracts import ledger, lineage
+from evotrainer.search import schedule
+
+pytestmark = pytest.mark.fast
+
+RECIPE = {"prompts_per_step": 32, "group_size": 8, "max_response_len": 8}  # a batch: 256 responses
+SLOT = 3072  # responses per slot and training seed
+
+
+def _cfg(*overrides: str):
+    return compose(["search.budget_unit=responses", f"search.budget={SLOT}", "search.steps_per_generation=12",
+                    "agent.max_candidates=3", *overrides])
+
+
+def _row(cid: str, charged: int, verdict: str, rung: int | None = 0, generation: int = 0,
+         parent: tuple[int, str] | None = None) -> dict:
+    return {"generation": generation, "candidate_id": cid, "verdict": verdict, "rung": rung,
+            "compute": json.dumps({"sampled_responses": charged}),
+            "charge": json.dumps({"unit": "responses", "budget": charged, "batch": 256, "spent": charged,
+                                  "charged": charged}),
+            "parent_generation": None if parent is None else parent[0],
+            "parent_candidate_id": None if parent is None else parent[1]}
+
+
+def test_a_first_rung_is_a_share_of_the_slot_and_flat_is_the_whole_slot():
+    cfg = _cfg()
+    assert schedule.rungs_on(cfg) and cfg.search.first_rung == 0.25
+    assert schedule.first_rung_steps(cfg) == 3 and schedule.first_rung_budget(cfg) == SLOT // 4
+    flat = _cfg("search.schedule=flat")
+    assert not schedule.rungs_on(flat)
+    assert schedule.first_rung_steps(flat) == 12 and schedule.first_rung_budget(flat) is None
+    # a steps budget: the rung's steps are its budget
+    assert schedule.first_rung_budget(_cfg("search.budget_unit=steps")) is None
+    # population mode and the pbt agent go on across generations by their members: flat
+    assert not schedule.rungs_on(_cfg("search.mode=population"))
+    assert not schedule.rungs_on(_cfg("agent=pbt"))
+
+
+def test_a_stopped_slots_unspent_budget_reaches_the_winner():
+    """Four slots of 3,072 responses: the control and c1 trained their first rung (768), c2 failed on its rung
+    (charged the rung), and the agent left the fourth slot unused. The winner continues on everything else."""
+    rows = pd.DataFrame([_row("control", 768, "rejected"), _row("c1", 768, "promoted"), _row("c2", 768, "failed")])
+    plan = schedule.continuation(_cfg(), rows, RECIPE, RECIPE)
+    assert plan.generation_budget == 4 * SLOT and plan.first_rungs_charged == 3 * 768
+    assert plan.budget == 4 * SLOT - 3 * 768 and plan.runs
+    assert plan.steps == -(-plan.budget // 256)  # the matching number of the winner's batches
+    # the winner's policy trains on its rung and the continuation: 87.5% of the generation (81.25% had the fourth
+    # slot trained its rung), where flat gives it one slot, a quarter
+    assert (768 + plan.budget) / plan.generation_budget == pytest.approx(0.875)
+    # a winner whose recipe samples bigger batches gets whole steps of its own batch under a steps budget
+    steps_plan = schedule.continuation(_cfg("search.budget_unit=steps"), rows, RECIPE,
+                                       RECIPE | {"prompts_per_step": 64})
+    assert steps_plan.steps == (4 * 12 * 256 - 3 * 768) // 512 and steps_plan.budget == steps_plan.steps * 512
+
+
+def test_nothing_left_is_no_continuation():
+    rows = pd.DataFrame([_row(cid, SLOT, "kept" if cid == "control" else "rejected")
+                         for cid in ("control", "c1", "c2", "c3")])  # first_rung 1.0: flat by another name
+    plan = schedule.continuation(_cfg("search.first_rung=1.0"), rows, RECIPE, RECIPE)
+    assert plan.budget == 0 and not plan.runs
+
+
+def test_a_generation_is_charged_the_same_under_both_schedules():
+    flat = pd.DataFrame([_row(cid, SLOT, v, rung=None) for cid, v in
+                         (("control", "rejected"), ("c1", "promoted"), ("c2", "failed"))])  # one slot unused
+    first = [_row(cid, 768, v) for cid, v in (("control", "rejected"), ("c1", "promoted"), ("c2", "failed"))]
+    plan = schedule.continuation(_cfg(), pd.DataFrame(first), RECIPE, RECIPE)
+    rungs = pd.DataFrame(first + [_row("continue", plan.budget, lineage.CONTINUED, rung=1, parent=(0, "c1"))])
+    flat_charge, rungs_charge = ledger.search_charge(flat, 4), ledger.search_charge(rungs, 4)
+    assert flat_charge["charged"] == rungs_charge["charged"] == 4 * SLOT
+    assert flat_charge["unused_slots"] == 1 and rungs_charge["unused_slots"] == 0  # the continuation got it
+    assert rungs_charge["slots"] == 3 and rungs_charge["continuation_charged"] == plan.budget
+
+
+def test_the_promoted_path_ends_at_the_last_continuation_and_counts_it_in_full():
+    table = pd.DataFrame([
+        _row("control", 768, "kept"), _row("c1", 768, "rejected"),
+        _row("continue", 4608, lineage.CONTINUED, rung=1, parent=(0, "control")),
+        _row("control", 768, "rejected", generation=1, parent=(0, "continue")),
+        _row("c1", 768, "promoted", generation=1, parent=(0, "continue")),
+        _row("continue", 4608, lineage.CONTINUED, rung=1, generation=1, parent=(1, "c1"))])
+    path = lineage.promoted_path(table)
+    assert [(g, c) for g, c in zip(path["generation"], path["candidate_id"], strict=True)] == [
+        (0, "control"), (0, "continue"), (1, "c1"), (1, "continue")]
+    charge = ledger.promoted_path_charge(path, seeds=2)
+    assert charge["charged"] == 2 * (768 + 4608)
+    assert charge["returned"] == 2 * (768 // 2 + 4608)  # a rung per training seed, a continuation in full
+
+
+def _selection(run, generation: int, promoted: str) -> None:
+    path = run / f"gen{generation}" / "selection.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"generation": generation, "promoted": promoted}))
+
+
+@pytest.mark.parametrize("flagged,previous,generation,exploits", [
+    ([], "control", 1, True),  # nothing flagged after a generation that kept its control
+    (["dead_group_ratio"], "control", 1, False),  # something to repair
+    ([], "c2", 1, False),  # the last generation gained
+    ([], None, 0, False),  # generation 0 always searches
+])
+def test_a_generation_exploits_a_stall_only_when_nothing_is_flagged_after_a_kept_control(
+        tmp_path, flagged, previous, generation, exploits):
+    from evotrainer.layout import RunLayout
+    from evotrainer.stages.propose import stall_decision
+
+    run = tmp_path / "results" / "r"
+    if previous:
+        _selection(run, 0, previous)
+    findings = [{"name": "accuracy", "severity": "info"}] + [{"name": n, "severity": "warn"} for n in flagged]
+    decision = stall_decision(_cfg(), {"findings": findings}, RunLayout(run), generation)
+    assert decision["exploit"] is exploits and decision["reason"]
+    flat = stall_decision(_cfg("search.schedule=flat"), {"findings": findings}, RunLayout(run), generation)
+    assert flat["exploit"] is False  # under flat an unused slot is charged anyway: nothing to exploit
+    off = stall_decision(_cfg("search.exploit_when_stalled=false"), {"findings": findings}, RunLayout(run), generation)
+    assert off["exploit"] is False
+    assert OmegaConf.select(_cfg(), "search.exploit_when_stalled") is True
