@@ -18,7 +18,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_trials_then_the_best_recipe_for_the_rest_of_the_budget_and_a_rerun_trains_no_trial_again(
         tmp_path, tiny_policy, splits):
-    conf = _world(tmp_path, splits, "search.budget_unit=responses", "search.budget=256", "search.steps_per_generation=1")
+    conf = _world(tmp_path, splits, "search.budget_unit=responses", "search.budget=256", "search.steps_per_generation=1",
+                  "search.schedule=flat")
     run = RunLayout(tmp_path / "results" / "r")
 
     def tune_once():
@@ -39,3 +40,18 @@ def test_trials_then_the_best_recipe_for_the_rest_of_the_budget_and_a_rerun_trai
     again = tune_once()
     assert [t["params"] for t in again["trials"]] == [t["params"] for t in study["trials"]]
     assert {t: run.tune_backtest(t).metrics.stat().st_mtime_ns for t in ok} == trained
+
+
+def test_under_rungs_the_trials_train_a_first_rung_and_the_best_recipe_everything_else(tmp_path, tiny_policy, splits):
+    """search.schedule=rungs: each trial trains a quarter of a slot (64 of 256 responses), and the best recipe
+    trains what the trials left of the same total, one generation of 1 + 3 slots: 4 x 256 - 3 x 64."""
+    conf = _world(tmp_path, splits, "search.budget_unit=responses", "search.budget=256", "search.steps_per_generation=4",
+                  "search.generations=1", "agent.max_candidates=3")
+    run = RunLayout(tmp_path / "results" / "r")
+    tune.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(tmp_path / "data"),
+             str(run.baseline("tune_then_train").dir), str(run.root), trials=3, steps=4, final_steps=4)
+    study = json.loads(run.tune_study.read_text())
+    assert study["charged"] == 3 * 64 and all(t["charge"]["charged"] == 64 for t in study["trials"])
+    final = json.loads(run.baseline("tune_then_train").metrics.read_text())
+    assert final["status"] == "ok" and final["charge"]["charged"] == 4 * 256 - 3 * 64
+    assert final["compute"]["sampled_responses"] == 4 * 256 - 3 * 64  # a responses budget is met exactly

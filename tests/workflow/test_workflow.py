@@ -291,21 +291,35 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
         assert table[arm]["charged"] == table["evolved"]["search_charged"] == slots * 1024, arm
         assert "evolved_minus_arm" in table[arm] and 0 <= table[arm]["test_mean"] <= 1
     assert table["baseline_search"]["charged"] == slots * 1024  # the fixed recipe at the whole search's budget
-    assert table["evolved"]["charged"] == 2 * 1024 and table["baseline_matched"]["charged"] == 2 * 1024
+    # search.schedule=rungs: every slot's first rung is 256 responses; each generation's winner continues on the
+    # other 4 x 1024 - 4 x 256, so the returned policy trained on 2 x (256 + 3072) of the 8 slots' 8192
+    returned = 2 * (256 + 4 * 1024 - 4 * 256)
+    assert table["evolved"]["charged"] == returned and table["baseline_matched"]["charged"] == returned
+    assert headline["vs_baseline_search"]["seeds"] == 1 and headline["returned_share"] == [returned / (slots * 1024)]
     per = {row["arm"]: row for row in headline["per_arm_seed"]}
     assert set(per) == {"evolved", "evolved_search", "baseline", "baseline_matched", "baseline_search", *search_arms}
     assert all(row["charged"] > 0 and row["run"] == "default-seed0" for row in per.values())
-    # tune_then_train: 6 TPE trials from the generation-0 policy, then the best recipe for the 2 slots left
+    # tune_then_train: 6 TPE trials from the generation-0 policy at first-rung length, then the best recipe for
+    # everything they did not spend
     seed_run = results / "default-seed0"
     study = json.loads((seed_run / "tune" / "study.json").read_text())
-    assert len(study["trials"]) == 6 and study["charged"] == 6 * 1024
-    assert json.loads((seed_run / "tune_then_train" / "metrics.json").read_text())["charge"]["charged"] == 2 * 1024
-    # every loop search arm: the same slots, each charged its budget whatever became of it; its own skill library
+    assert len(study["trials"]) == 6 and study["charged"] == 6 * 256
+    assert json.loads((seed_run / "tune_then_train" / "metrics.json").read_text())["charge"]["charged"] == \
+        slots * 1024 - 6 * 256
+    # every loop search arm: the same slots, each charged its budget whatever became of it; its own skill library.
+    # pbt and population mode spend their slots flat; the agent arms in rungs, as the loop does
     for arm in search_arms[1:]:
         run = results / f"default-seed0-{arm}"
         summary = json.loads((run / "summary.json").read_text())
-        charges = [json.loads(c) for c in lineage.read(run / "lineage.parquet")["charge"]]
-        assert all(c["charged"] == 1024 for c in charges) and summary["ledger"]["search"]["unused_slots"] == 0, arm
+        table_arm = lineage.read(run / "lineage.parquet")
+        charges = [json.loads(c) for c in table_arm["charge"]]
+        if arm in ("pbt", "population"):
+            assert all(c["charged"] == 1024 for c in charges), arm
+        else:
+            first = table_arm["rung"] == 0
+            assert all(json.loads(c)["charged"] == 256 for c in table_arm[first]["charge"]), arm
+            assert (~first).sum() == 2 and table_arm[~first]["verdict"].eq("continued").all(), arm
+        assert summary["ledger"]["search"]["unused_slots"] == 0 and summary["ledger"]["search"]["charged"] == 8192, arm
         proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
         assert proposal["agent"] == ("heuristic" if arm == "population" else arm)  # population: the loop's agent
         config = yaml.safe_load((run / "config.yaml").read_text())
