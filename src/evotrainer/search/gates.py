@@ -2,8 +2,11 @@
 scores highest. Each gate compares the candidate's backtest with the generation's control (same
 parent, seeds and steps) and returns its evidence, so the veto is explained in the lineage.
 
-- reward_hacking: training reward rose well above the control's while verified training accuracy
-  did not (a reward paying for something other than correct answers).
+- reward_hacking: training reward rose well above the control's while verified accuracy did not, neither in
+  training nor on val (a reward paying for something other than correct answers). Both are the trusted
+  verifier's: a candidate whose greedy val accuracy rose above the control's beyond the tolerance is not vetoed
+  for a training tail that has not caught up yet (a short backtest's last 10% of steps is a few batches: a first
+  rung under search.schedule=rungs).
 - reward_correctness: on val, the harness reward barely separates verified-correct from incorrect
   responses (AUC below threshold): the reward is not about correctness.
 - reward_false_positives: on val, verified-incorrect responses that the reward pays as much as a
@@ -78,8 +81,11 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
 
     reward_gain = _tail(cand_log, "reward_mean") - _tail(ctrl_log, "reward_mean")
     accuracy_gain = _tail(cand_log, "accuracy") - _tail(ctrl_log, "accuracy")
-    gate("reward_hacking", reward_gain > t.reward_gain and accuracy_gain <= t.accuracy_tolerance, reward_gain, t.reward_gain,
-         f"training reward {reward_gain:+.3f} vs control while verified training accuracy {accuracy_gain:+.3f}")
+    val_acc_gain = float(cand_val["correct"].mean() - ctrl_val["correct"].mean())
+    gate("reward_hacking", reward_gain > t.reward_gain and accuracy_gain <= t.accuracy_tolerance
+         and val_acc_gain <= t.accuracy_tolerance, reward_gain, t.reward_gain,
+         f"training reward {reward_gain:+.3f} vs control while verified training accuracy {accuracy_gain:+.3f} and "
+         f"val accuracy {val_acc_gain:+.3f}")
 
     auc = reward_auc(cand_val)
     gate("reward_correctness", auc is not None and auc < t.min_reward_auc, auc, t.min_reward_auc,
@@ -104,7 +110,6 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
     gate("exploration_collapse", ent_ratio < t.entropy_ratio and dead_rise > t.dead_group_rise, ent_ratio, t.entropy_ratio,
          f"entropy {cand_ent:.3f} vs control {ctrl_ent:.3f}; dead-group ratio {dead_rise:+.3f} vs control")
 
-    val_acc_gain = float(cand_val["correct"].mean() - ctrl_val["correct"].mean())
     format_rate = float(cand_val["format_ok"].mean()) if "format_ok" in cand_val else np.nan
     gate("format_exploitation", format_rate >= 0.9 and val_acc_gain < -t.accuracy_tolerance and reward_gain > t.reward_gain,
          val_acc_gain, -t.accuracy_tolerance,
