@@ -240,7 +240,7 @@ def test_the_ledger_charges_every_slot_its_full_budget(finished_run):
     assert book["fixed"]["baseline_matched"]["charged"] == book["promoted_path"]["charged"] // 2  # per training seed
     # the comparison a user would make leads: the fixed recipe at the whole search's charge (search.baseline_search)
     assert [c["arm"] for c in summary["comparison"]] == ["baseline_search", "baseline_matched", "baseline"]
-    assert book["fixed"]["baseline_search"]["charged"] == book["search"]["charged"]
+    assert book["fixed"]["baseline_search"]["charged"] == 2 * (1 + 2) * 2 * BUDGET  # the nominal slots (no extras)
     assert summary["returned_share"] == pytest.approx(book["promoted_path"]["charged"] / 2 / book["search"]["charged"])
     aux = book["auxiliary"]
     assert min(aux["rollout_responses"], aux["exit_responses"], aux["val_responses"], aux["test_responses"]) > 0
