@@ -13,15 +13,18 @@ from evotrainer.search.gates import evaluate
 pytestmark = pytest.mark.fast
 
 
-def write_backtest(folder, lengths, accuracy):
+def write_backtest(folder, lengths, accuracy, reward=None, val_accuracy=None, prompts=100):
+    """A backtest's train log and val rollouts: ``accuracy`` the training accuracy, ``reward`` the training reward
+    and ``val_accuracy`` the val accuracy (both ``accuracy`` where not given)."""
     folder.mkdir()
     steps = len(lengths)
     pd.DataFrame({
-        "step": np.arange(steps), "response_len_mean": lengths, "reward_mean": [accuracy] * steps,
+        "step": np.arange(steps), "response_len_mean": lengths,
+        "reward_mean": [accuracy if reward is None else reward] * steps,
         "accuracy": [accuracy] * steps, "entropy": [1.0] * steps, "dead_group_ratio": [0.1] * steps,
     }).to_parquet(folder / "train_log.parquet")
-    correct = np.arange(100) < int(accuracy * 100)
-    pd.DataFrame({"prompt_id": [f"p{i}" for i in range(100)], "correct": correct, "reward": correct.astype(float),
+    correct = np.arange(prompts) < int((accuracy if val_accuracy is None else val_accuracy) * prompts)
+    pd.DataFrame({"prompt_id": [f"p{i}" for i in range(prompts)], "correct": correct, "reward": correct.astype(float),
                   "format_ok": True}).to_parquet(folder / "val_rollouts.parquet")
     return folder
 

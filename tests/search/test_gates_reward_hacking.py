@@ -5,25 +5,17 @@ accuracy beat the control's (+0.033; docs/schedule.md)."""
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from evotrainer.search.gates import evaluate
+from tests.search.test_gates_length import write_backtest as write_length_backtest
 
 pytestmark = pytest.mark.fast
 
 
 def write_backtest(folder, reward, train_accuracy, val_accuracy, steps=25):
-    folder.mkdir()
-    pd.DataFrame({
-        "step": np.arange(steps), "response_len_mean": [4.0] * steps, "reward_mean": [reward] * steps,
-        "accuracy": [train_accuracy] * steps, "entropy": [1.0] * steps, "dead_group_ratio": [0.1] * steps,
-    }).to_parquet(folder / "train_log.parquet")
-    correct = np.arange(200) < int(val_accuracy * 200)
-    pd.DataFrame({"prompt_id": [f"p{i}" for i in range(200)], "correct": correct, "reward": correct.astype(float),
-                  "format_ok": True}).to_parquet(folder / "val_rollouts.parquet")
-    return folder
+    return write_length_backtest(folder, [4.0] * steps, train_accuracy, reward=reward, val_accuracy=val_accuracy,
+                                 prompts=200)
 
 
 def hacking(tmp_path, candidate: tuple, control: tuple) -> dict:
