@@ -6,7 +6,6 @@ checks a harness directory (the initial one, an applied candidate before trainin
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 from evotrainer.contracts.candidate import REQUIRED_FUNCTIONS, CandidateError, apply_diff, touched_files
@@ -38,6 +37,7 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
     ``probed_id``: the harness id an earlier check of this same candidate probed (validate() records it);
     when the files still hash to it the sandboxed probe (a process start, ~1-3 s) is not repeated.
     """
+    from evotrainer.sandbox.interpreter import python_code
     from evotrainer.sandbox.runner import Limits, SandboxError, run_isolated, sandbox_dirs
 
     harness_dir = Path(harness_dir).resolve()
@@ -60,7 +60,7 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
         with sandbox_dirs(harness_dir) as (work, staged):
             probe = [arg for name, func in REQUIRED_FUNCTIONS.items() for arg in (str(staged / name), func)]
             try:
-                result = run_isolated([sys.executable, "-I", "-c", _IMPORT_PROBE, *probe], workdir=work,
+                result = run_isolated([*python_code(_IMPORT_PROBE), *probe], workdir=work,
                                       readable=[staged], limits=Limits(timeout_s=import_timeout_s),
                                       isolation=isolation)
             except SandboxError as err:

@@ -141,6 +141,7 @@ class RewardWorker:
         self.startup_s = time.perf_counter() - began
 
     def _launch(self) -> None:
+        from evotrainer.sandbox.interpreter import python_module
         from evotrainer.sandbox.runner import sandbox_dirs, sandbox_popen
 
         self._dirs = sandbox_dirs(self.harness_dir)
@@ -151,7 +152,7 @@ class RewardWorker:
         self._reply, reply_w = os.pipe()
         try:
             self.proc = sandbox_popen(  # a supervisor.Child: Popen-like, killed with its whole tree
-                [sys.executable, "-I", "-m", "evotrainer.sandbox.reward_worker", str(staged), str(work),
+                [*python_module("evotrainer.sandbox.reward_worker"), str(staged), str(work),
                  str(request_r), str(reply_w)],
                 workdir=work, readable=[staged], limits=self.limits, isolation=self.isolation, cpu_s=self.cpu_s,
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, pass_fds=(request_r, reply_w))

@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from evotrainer.contracts.text import bounded_text
 from evotrainer.sandbox import door, outputs
 from evotrainer.sandbox import isolation as iso
 from evotrainer.sandbox.errors import SandboxError
+from evotrainer.sandbox.interpreter import python_module
 from evotrainer.sandbox.scratch import MAX_ENTRIES, scratch_dir, tree_bytes
 
 EXIT_VIOLATION, EXIT_MEMORY = 3, 4
@@ -225,7 +225,7 @@ def run_tasks(harness_dir: str | Path, tasks: list[str], inputs: dict[str, pd.Da
                              | {"recipe": dict(item).get("recipe")} for i, item in enumerate(value)]
                 (work / f"in_{name}.json").write_text(json.dumps(value))
         os.chmod(inputs_dir, 0o555)
-        cmd = [sys.executable, "-I", "-m", "evotrainer.sandbox.worker", str(staged), str(work), *tasks]
+        cmd = [*python_module("evotrainer.sandbox.worker"), str(staged), str(work), *tasks]
         proc = run_isolated(cmd, workdir=work, readable=readable, limits=limits, isolation=isolation)
         error = exit_error(proc.returncode, stderr_tail(proc.stderr, 500), limits)
         if error is not None:
