@@ -145,3 +145,31 @@ def test_the_tuner_agent_groups_compose(name):
     cfg = compose([f"agent={name}"])
     assert cfg.agent.name == name
     assert make_agent(cfg.agent).name == name
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("agent_type", TUNERS)
+def test_under_rungs_stopped_trials_are_pruned_at_their_first_rung_and_the_winner_completes_with_its_continuation(
+        agent_type, harness):
+    proposed, rows = _run(agent_type, harness, 1, 3, _lr_score)
+    rows[1]["verdict"] = "promoted"  # c2 won generation 0; its continuation trained on and reached 0.9
+    rows.append({"run": "r", "generation": 0, "candidate_id": "continue", "intervention": "continue:c2",
+                 "verdict": "continued", "val_accuracy": 0.9, "parent_candidate_id": "c2", "rung": 1})
+    for row in rows:
+        row.setdefault("rung", 0)
+    agent = agent_type()
+    context = _context(harness, 1, rows)
+    space = [k.at(load_recipe(harness)) for k in KNOB_SPACE.values()]
+    study = agent.study(context, 3, space, load_recipe(harness), load_recipe(harness))
+    trials = study.get_trials(deepcopy=False)[:3]
+    assert [t.state for t in trials] == [optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE,
+                                         optuna.trial.TrialState.PRUNED]
+    assert [t.intermediate_values for t in trials] == [{0: rows[i]["val_accuracy"]} for i in range(3)]
+    assert trials[1].value == 0.9
+    if agent_type is CmaEsTunerAgent:
+        assert study.sampler._consider_pruned_trials
+    assert len(agent.propose(context, 3)) == 3
+
+    rows[-1].update(verdict="failed", val_accuracy=math.nan)  # a failed continuation: the winner's first rung stands
+    study = agent.study(_context(harness, 1, rows), 3, space, load_recipe(harness), load_recipe(harness))
+    assert study.get_trials(deepcopy=False)[1].value == rows[1]["val_accuracy"]

@@ -10,7 +10,14 @@ its row's outcome (the candidate's val accuracy, maximised; ``FAIL`` for a faile
 without a val accuracy). Then this generation's sampler asks k trials. Replaying the asks, rather than adding
 the trials with ``add_trial``, reproduces what samplers keep in trials' system attrs, CMA-ES's optimizer above
 all; the same lineage, seed and generation therefore give the same proposals, and a resumed run proposes
-exactly what it would have. Each row records the point it trained (``params: {...}`` in its hypothesis); a
+exactly what it would have.
+
+Rungs (``search.schedule=rungs``, docs/schedule.md). A trial's first rung is reported as its intermediate value
+(``trial.report(value, step=0)``), as Optuna's pruning integrations report one. A trial that select stopped
+there is told ``PRUNED``; the generation's winner is told the val accuracy its continuation reached (its first
+rung where the continuation failed). TPE ranks pruned trials below completed ones by their last intermediate
+value; CMA-ES reads them through ``consider_pruned_trials``. Which trials stop is select's decision, the same for
+every arm (against the control, noise-aware, with the gates), not an Optuna pruner's: docs/tuners.md says why. Each row records the point it trained (``params: {...}`` in its hypothesis); a
 replayed point that differs (the knob space or Optuna changed between the runs) is told ``FAIL`` and the
 recorded point is added with its outcome instead, with a warning.
 """
@@ -36,12 +43,14 @@ from evotrainer.contracts.candidate import Proposal
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.contracts.intervention import set_recipe_values, unified_diff
 from evotrainer.contracts.knob_space import KNOB_SPACE, SIGNIFICANT_DIGITS, Knob
+from evotrainer.contracts.lineage import CONTINUED
 
 log = logging.getLogger(__name__)
 
 PARAMS_MARK = "params: "  # where a tuner candidate's hypothesis records its trial's point (JSON)
 KEEP_SUFFIX = ":in_range"  # companion switch of a knob whose starting value lies outside its search range
 FAILED_VERDICTS = ("failed", "vetoed")
+WINNER_VERDICTS = ("promoted", "kept")  # the slot whose first rung went on (select.py)
 
 
 def startup_trials(generations: int | None, k: int) -> int:
@@ -123,9 +132,14 @@ class _Tuner(ABC):
             return []
         ours = lineage[lineage["intervention"].fillna("").str.startswith(f"{self.name}:")
                        & (lineage["generation"] < before)]
+        continued = _continuations(lineage)
         out = []
         for generation, rows in ours.groupby("generation", sort=True):
             records = sorted(rows.to_dict("records"), key=lambda r: _candidate_index(r["candidate_id"]))
+            for record in records:  # under rungs: what its first rung led to (None: a flat generation)
+                if int(generation) in continued:
+                    record["rung_outcome"] = continued[int(generation)].get(str(record["candidate_id"])) \
+                        if record.get("verdict") in WINNER_VERDICTS else "pruned"
             out.append((int(generation), [r for r in records if _recorded_params(r) is not None]))
         return out
 
@@ -180,7 +194,7 @@ class CmaEsTunerAgent(_Tuner):
     conditional = False
 
     def sampler(self, seed: int, context: ProposalContext, k: int) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False, consider_pruned_trials=True)
 
 
 def _suggest(trial: optuna.Trial, knob: Knob) -> Any:
@@ -226,12 +240,40 @@ def _value(row: dict) -> float | None:
     return float(value)
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, row: dict) -> None:
+def _continuations(lineage: pd.DataFrame) -> dict[int, dict[str, float | None]]:
+    """Per generation that ran in rungs (it has a continuation row): the winner's candidate id and the val
+    accuracy its continuation reached (None where the continuation failed)."""
+    rows = lineage[lineage["parent_candidate_id"].notna() & (lineage["rung"].fillna(0) >= 1)] \
+        if {"rung", "parent_candidate_id"} <= set(lineage.columns) else lineage.iloc[:0]
+    out: dict[int, dict[str, float | None]] = {}
+    for record in rows.to_dict("records"):
+        value = record.get("val_accuracy")
+        ok = record.get("verdict") == CONTINUED and value is not None and math.isfinite(value)
+        out.setdefault(int(record["generation"]), {})[str(record["parent_candidate_id"])] = float(value) if ok else None
+    return out
+
+
+def _outcome(row: dict) -> tuple[TrialState, float | None, dict[int, float]]:
+    """How a lineage row is told: its state, its value and its intermediate values (the first rung at step 0)."""
     value = _value(row)
     if value is None:
-        study.tell(trial, state=TrialState.FAIL)
-    else:
+        return TrialState.FAIL, None, {}
+    outcome = row.get("rung_outcome", "flat")
+    if outcome == "flat":
+        return TrialState.COMPLETE, value, {}
+    if outcome == "pruned":
+        return TrialState.PRUNED, None, {0: value}
+    return TrialState.COMPLETE, value if outcome is None else float(outcome), {0: value}
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, row: dict) -> None:
+    state, value, intermediate = _outcome(row)
+    for step, reported in intermediate.items():
+        trial.report(reported, step)
+    if state == TrialState.COMPLETE:
         study.tell(trial, value)
+    else:
+        study.tell(trial, state=state)
 
 
 def _add_recorded(study: optuna.Study, params: dict, row: dict, space: list[Knob]) -> None:
@@ -246,7 +288,6 @@ def _add_recorded(study: optuna.Study, params: dict, row: dict, space: list[Knob
         if not distribution._contains(distribution.to_internal_repr(value)):
             return
         distributions[name] = distribution
-    value = _value(row)
+    state, value, intermediate = _outcome(row)
     study.add_trial(optuna.trial.create_trial(
-        params=params, distributions=distributions, value=value,
-        state=TrialState.FAIL if value is None else TrialState.COMPLETE))
+        params=params, distributions=distributions, value=value, state=state, intermediate_values=intermediate))
