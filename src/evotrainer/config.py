@@ -380,6 +380,9 @@ class SearchConf:
     # generation's budget); flat (every slot trains its whole budget, the winner's policy goes on)
     schedule: str = one_of("rungs", "rungs", "flat")
     first_rung: float = between(0.25, 0.01, 1.0)
+    # rungs: the share of the whole search's budget held back from every generation and given to the last
+    # generation's continuation (the final phase: the promoted harness trained on from the last winner's rung)
+    final_share: float = between(0.0, 0.0, 0.99)
     # rungs: a generation whose diagnosis flags nothing, after one that kept its control, proposes no candidates
     # (the control's continuation gets its budget; stages/propose.py stall_decision)
     exploit_when_stalled: bool = True
@@ -762,6 +765,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     if merged.search.budget_unit != "steps" and merged.search.budget <= 0:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
+    _check_final_share(merged)
     multi_turn = "multi_turn" in task_supports(merged.task.name)
     explicit_matched = str(merged.search.baseline_matched).lower() == "true"
     if explicit_matched and merged.trainer.name != "local":
@@ -802,6 +806,21 @@ def starting_recipe(cfg: DictConfig) -> dict[str, Any]:
 
     policy = plain(cfg.policy.get("recipe")) if not cfg.harness.initial else {}
     return policy | plain(cfg.harness.recipe)
+
+
+def _check_final_share(cfg: DictConfig) -> None:
+    """search.final_share moves budget into the last continuation, which only a single lineage in rungs has, and
+    every generation must keep at least its first rungs (evotrainer.search.schedule)."""
+    search, share = cfg.search, float(cfg.search.final_share)
+    if share <= 0:
+        return
+    if search.schedule != "rungs" or search.mode != "single" or cfg.agent.name == "pbt":
+        raise ConfigError(f"config: search.final_share={share} gives the last generation's continuation part of the "
+                          "budget; only search.schedule=rungs in search.mode=single (not agent=pbt) has one: "
+                          "set search.final_share=0")
+    if 1.0 - share < float(search.first_rung):
+        raise ConfigError(f"config: search.final_share={share} leaves each generation {1.0 - share:.2f} of its "
+                          f"budget, less than its first rungs (search.first_rung={search.first_rung}): lower one")
 
 
 def _check_recipe_overrides(recipe: Any, where: str = "harness.recipe") -> None:

@@ -83,6 +83,38 @@ def test_a_generation_is_charged_the_same_under_both_schedules():
     assert rungs_charge["slots"] == 3 and rungs_charge["continuation_charged"] == plan.budget
 
 
+def test_a_final_share_moves_budget_to_the_last_continuation_and_keeps_the_total():
+    """search.final_share=0.3 over 3 generations of 4 slots: each generation keeps 70% of its 4 slots; the last
+    one's continuation also gets 30% of all 12 slots. Every generation's first rungs and continuation together
+    are charged the whole search's budget."""
+    cfg = _cfg("search.final_share=0.3", "search.generations=3")
+    rungs = [_row(cid, 768, v) for cid, v in (("control", "rejected"), ("c1", "promoted"), ("c2", "rejected"),
+                                              ("c3", "rejected"))]
+    plans = [schedule.continuation(cfg, pd.DataFrame(rungs), RECIPE, RECIPE, generation) for generation in range(3)]
+    kept = int(0.7 * 4 * SLOT)  # 8,601 of 12,288; 3,687 held back
+    assert [p.generation_budget for p in plans] == [kept, kept, kept + 3 * (4 * SLOT - kept)]
+    assert sum(4 * 768 + p.budget for p in plans) == 3 * 4 * SLOT
+    # the returned policy: three first rungs and three continuations
+    returned = sum(768 + p.budget for p in plans) / (3 * 4 * SLOT)
+    without = sum(768 + p.budget for p in (schedule.continuation(_cfg("search.generations=3"), pd.DataFrame(rungs),
+                                                                  RECIPE, RECIPE, g) for g in range(3))) / (3 * 4 * SLOT)
+    assert returned == pytest.approx(without) == pytest.approx(0.8125)  # one lineage: the same share, moved later
+    assert plans[-1].budget > 3 * plans[0].budget
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["search.schedule=flat"], "only search.schedule=rungs"),
+    (["search.mode=population"], "only search.schedule=rungs"),
+    (["agent=pbt"], "only search.schedule=rungs"),
+    (["search.first_rung=0.5", "search.final_share=0.6"], "less than its first rungs"),
+])
+def test_a_final_share_without_a_continuation_to_give_it_to_is_refused(overrides, message):
+    from evotrainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        compose(["search.final_share=0.3", *overrides])
+
+
 def test_the_promoted_path_ends_at_the_last_continuation_and_counts_it_in_full():
     table = pd.DataFrame([
         _row("control", 768, "kept"), _row("c1", 768, "rejected"),

@@ -127,8 +127,9 @@ ARM_RUNS = {arm_run(name, arm): (seed, arm) for name, seed in HEADLINE_RUNS.item
 ARM_LOOP = {arm_run(name, arm): name for name in HEADLINE_RUNS for arm in SEARCH_ARMS}  # arm run -> its seed's loop
 # population: the loop's own agent in search.mode=population; pbt: its members are promoted on val alone (greedy,
 # min_gain 0: the top member continues as the next generation's control)
-ARM_SETTINGS = {"population": {"agent": {"name": CFG.agent.name}, "search": {"mode": "population"}},
-                "pbt": {"search": {"selection": "greedy", "min_gain": 0.0}}}
+# (both run flat, so they have no final phase: search.final_share does not apply to them)
+ARM_SETTINGS = {"population": {"agent": {"name": CFG.agent.name}, "search": {"mode": "population", "final_share": 0.0}},
+                "pbt": {"search": {"selection": "greedy", "min_gain": 0.0, "final_share": 0.0}}}
 RUN_CONFIGS |= {
     name: validate(OmegaConf.merge(CFG, {
         "run": name, "seed": seed, "skills": {"enabled": True, "library_dir": str(run_layout(name).skill_library)},

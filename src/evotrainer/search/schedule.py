@@ -33,7 +33,7 @@ from evotrainer.contracts.lineage import CONTINUED
 CONTINUATION = "continue"  # the winner's continuation: gen<g>/backtest/continue, a lineage row of that candidate id
 STALL_RECORD = "stall.json"  # beside a generation's candidates: whether it exploited a stall, and why (propose)
 __all__ = ["CONTINUATION", "CONTINUED", "STALL_RECORD", "Continuation", "continuation", "first_rung_budget", "first_rung_steps",
-           "rest_of", "rungs_on", "slot_budget"]
+           "generation_budget", "rest_of", "rungs_on", "slot_budget"]
 
 
 def rungs_on(cfg) -> bool:
@@ -93,17 +93,37 @@ class Continuation:
                 "batch": self.batch}
 
 
-def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping) -> Continuation:
+def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping, generation: int = 0) -> Continuation:
     """The continuation's budget: the generation's (``max(1 + agent.max_candidates, len(rows))`` whole slots,
     the budget unit of ``generation_recipe``) minus what its first-rung backtests were charged (``rows``: the
-    generation's lineage rows, their ``charge`` records; a row without one counts its whole slot)."""
+    generation's lineage rows, their ``charge`` records; a row without one counts its whole slot).
+
+    ``search.final_share`` f: every generation keeps (1 - f) of its slots' budget, and the last one's continuation
+    also gets f x generations x (1 + agent.max_candidates) slots, the final phase, so the search's total is
+    unchanged."""
     slot = slot_budget(cfg, generation_recipe)
     slots = max(1 + int(cfg.agent.max_candidates), len(rows))
     charged = 0
     for record in rows["charge"] if "charge" in rows else [None] * len(rows):
         record = ledger.as_record(record)
         charged += int(record["charged"]) if record else int(slot["budget"])
-    return rest_of(cfg, slot["unit"], slots * int(slot["budget"]), charged, slots, winner_recipe)
+    return rest_of(cfg, slot["unit"], generation_budget(cfg, slot, slots, generation), charged, slots, winner_recipe)
+
+
+def generation_budget(cfg, slot: Mapping, slots: int, generation: int) -> int:
+    """What generation ``generation`` may spend in all (ledger unit): its ``slots`` whole slots less the final
+    share, and for the last generation the final phase on top."""
+    share = float(cfg.search.final_share)
+    whole = slots * int(slot["budget"])
+    if share <= 0:
+        return whole
+
+    def held(budget: int) -> int:  # what a generation of ``budget`` holds back, whole units
+        return budget - math.floor((1.0 - share) * budget)
+
+    last = int(generation) == int(cfg.search.generations) - 1
+    nominal = (1 + int(cfg.agent.max_candidates)) * int(slot["budget"])
+    return whole - held(whole) + (int(cfg.search.generations) * held(nominal) if last else 0)
 
 
 def rest_of(cfg, unit: str, total: int, charged: int, slots: int, recipe: Mapping, multiple: int = 1) -> Continuation:

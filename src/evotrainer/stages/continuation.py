@@ -43,7 +43,7 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
     if (chosen.get("next_parent") or {}).get("policy") == "start":  # a kept control that collapsed
         start_policy, how = str(policy), "the generation's starting policy (the kept control's training collapsed)"
     rows = lineage.read(lineage_part)
-    plan = schedule.continuation(cfg, rows, load_recipe(harness), load_recipe(first_rung.harness))
+    plan = schedule.continuation(cfg, rows, load_recipe(harness), load_recipe(first_rung.harness), generation)
     print(f"continue: {winner} from {how}: {plan.budget:,} {plan.unit} left of the generation's "
           f"{plan.generation_budget:,} ({plan.slots} slots; first rungs charged {plan.first_rungs_charged:,})")
     base = {"run": cfg.run, "generation": generation, "candidate_id": schedule.CONTINUATION, "continues": winner,
