@@ -121,7 +121,23 @@ def test_a_parquet_without_its_columns_is_named_before_any_job(tmp_path):
 def test_verl_overrides_take_verls_own_syntax():
     """``trainer.verl.overrides=[actor_rollout_ref.actor.optim.lr=1e-5]`` failed to parse unless each element was
     quoted ("no viable alternative at input")."""
-    got = composed("trainer=verl", "trainer.verl.overrides=[actor_rollout_ref.actor.optim.lr=1e-5,data.x=[1,2]]")
-    assert got["trainer"]["verl"]["overrides"] == ["actor_rollout_ref.actor.optim.lr=1e-5", "data.x=[1,2]"]
+    got = composed("trainer=verl", "trainer.verl.overrides=[actor_rollout_ref.actor.optim.lr=1e-5,trainer.logger=[console,wandb]]")
+    assert got["trainer"]["verl"]["overrides"] == ["actor_rollout_ref.actor.optim.lr=1e-5", "trainer.logger=[console,wandb]"]
     quoted = composed("trainer=verl", 'trainer.verl.overrides=["actor_rollout_ref.actor.optim.lr=1e-5"]')
     assert quoted["trainer"]["verl"]["overrides"] == ["actor_rollout_ref.actor.optim.lr=1e-5"]
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("verl") is None, reason="verl is not installed here")
+def test_a_misspelt_verl_override_is_refused_by_verls_own_config_before_any_job():
+    """A typo inside trainer.verl.overrides passed `evotrainer config` and `snakemake -n`; verl refused it only
+    inside a GPU job's main_ppo. Now verl's own ppo_trainer config is composed with it first."""
+    result = config("trainer=verl", "trainer.verl.overrides=[actor_rollout_ref.actor.optim.lrr=1e-5]")
+    assert "verl's own config (ppo_trainer) refuses them" in result.stderr
+    assert "actor_rollout_ref.actor.optim.lrr" in result.stderr and not result.stdout
+    assert composed("trainer=verl", "trainer.verl.overrides=[actor_rollout_ref.actor.optim.lr=1e-5]")
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_rollout_vllm_without_vllm_is_refused_with_the_way_out():
+    result = config("rollout=vllm")
+    assert "rollout=vllm: vllm is not installed in this Python" in result.stderr and "rollout=hf" in result.stderr

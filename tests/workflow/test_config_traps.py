@@ -142,3 +142,10 @@ def test_a_broken_initial_harness_fails_the_dry_run_before_any_job(tmp_path):
     (harness / "reward.py").write_text((harness / "reward.py").read_text() + "\ndef compute_score(:\n")
     message = one_line_failure(snakemake(tmp_path / "w", "-n", "--config", f"harness__initial={harness}"), tmp_path / "w")
     assert "harness.initial" in message and "'lr' must be a number" in message
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_a_backend_that_is_not_installed_fails_before_any_job(tmp_path):
+    """rollout=vllm without vllm dry-ran cleanly, and on SLURM its GPU jobs started before anything failed."""
+    message = one_line_failure(snakemake(tmp_path, "-n", "--config", "rollout=vllm"), tmp_path)
+    assert "rollout=vllm: vllm is not installed" in message and "rollout=hf" in message

@@ -15,6 +15,7 @@ from evotrainer.config import (SEED_RUN_ARMS, ConfigError, compose, equal_comput
                                overrides_from_snakemake, responses_budget_supported, search_slots, validate)
 from evotrainer.layout import RunLayout, arm_run, headline_run, seed_run
 from evotrainer.forkserver import mark_run_owner
+from evotrainer.backends.preflight import backend_problems
 from evotrainer.preflight import preflight_problems
 from evotrainer.provenance import check_run_config, stable_interpreter, write_run_configs
 from evotrainer.search.schedule import first_rung_budget, first_rung_steps, rungs_on
@@ -147,7 +148,10 @@ if EQUAL_BUDGET and "headline" in sys.argv:
 
 # Before any job: each path and credential the runs need exists, and each run that already has outputs was
 # made with this config (evotrainer.provenance: a change names its keys and suggests a new run=).
-_problems = list(dict.fromkeys(p for cfg in RUN_CONFIGS.values() for p in preflight_problems(cfg)))
+# and the chosen backends' packages (vllm, verl) where the jobs run, with the user's verl overrides composed
+_OWN_ENVS = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+_problems = list(dict.fromkeys(p for cfg in RUN_CONFIGS.values()
+                               for p in preflight_problems(cfg) + backend_problems(cfg, jobs_have_own_env=_OWN_ENVS)))
 if _problems:
     config_failure(*(f"config: {p}" for p in _problems))
 try:

@@ -283,6 +283,7 @@ def print_config(overrides: list[str] | None = None) -> int:
     """`evotrainer config [overrides...]`: the composed config as YAML, or the error naming the key; then any
     path or credential the run would miss (as the workflow checks before its first job). The conf/ is the
     one the workflow in the current folder reads (./conf beside ./Snakefile), else the package's."""
+    from evotrainer.backends.preflight import backend_problems
     from evotrainer.config import ConfigError, to_yaml
     from evotrainer.preflight import preflight_problems
 
@@ -291,7 +292,7 @@ def print_config(overrides: list[str] | None = None) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    problems = preflight_problems(cfg)
+    problems = preflight_problems(cfg) + backend_problems(cfg)
     if not problems:
         print(to_yaml(cfg), end="")
         return 0
