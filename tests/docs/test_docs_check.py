@@ -50,6 +50,8 @@ SKIP = {
     "vllm serve": "a GPU model server",
     "snakemake --config overrides=[task.name=reverse": "the page's own plug-in example (docs/tasks.md): "
     "tests/core/test_registry.py installs it and composes task.name=reverse",
+    "snakemake --config overrides=[rollout=vllm": "needs vllm, which a GPU node has; without it the dry run is "
+    "refused before any job (tests/workflow/test_config_traps.py)",
     "evotrainer stage": "one rule's job on its files: every end-to-end run calls the stages",
     "evotrainer approve": "a run paused at an approval: tests/search/test_approvals.py runs it",
     "evotrainer revise": "a run paused at an approval: tests/search/test_approvals.py runs it",
