@@ -1,5 +1,5 @@
-"""Config fields that check themselves, for any dataclass of the config: ``config.py``'s groups and each
-task's own ``Config`` (tasks sit below ``config.py``, so the helpers live here; ``config.py`` re-exports
+"""Config fields that check themselves, for any dataclass of the config: ``evotrainer.config``'s groups and each
+task's own ``Config`` (tasks sit below ``evotrainer.config``, so the helpers live here; ``evotrainer.config`` re-exports
 them).
 
 A field declares its type (the dataclass annotation), its default and its check: ``one_of`` (allowed
