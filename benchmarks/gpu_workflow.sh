@@ -7,14 +7,15 @@
 #   OUT=/tmp/gpu bash benchmarks/gpu_workflow.sh             # from the repository root
 #   PY=.venv/bin/python CORES=16 bash benchmarks/gpu_workflow.sh
 #
-# The sandbox runs as plain processes (sandbox.isolation=process): the GPU machine this was written for runs
-# in a micro-VM where bubblewrap was never tried. Each step has its own time limit (STEP_S, default 170 s);
+# The sandbox runs as plain processes by default (ISOLATION=process; ISOLATION=os or auto for bubblewrap).
+# Each step has its own time limit (STEP_S, default 170 s);
 # STEPS names the steps to run (default: all three).
 set -u
 OUT=${OUT:-/tmp/gpu_workflow}
 PY=${PY:-python3}
 CORES=${CORES:-16}
 STEP_S=${STEP_S:-170}
+ISOLATION=${ISOLATION:-process}  # sandbox.isolation: process | os | auto
 STEPS=${STEPS:-cuda_tests quick_tiny quick_hf}  # which of the three steps to run
 RESULTS=${RESULTS:-/tmp/gpu_workflow_results}
 mkdir -p "$OUT" "$RESULTS"
@@ -52,7 +53,7 @@ EOF
 step cuda_tests "$PY" -m pytest -q -p no:cacheprovider tests/backends/test_gpu_path.py
 
 SNAKE=("$PY" -m snakemake --cores "$CORES" --directory "$PWD" --config "results_dir=$RESULTS" experiment=quick
-       trainer__device=cuda sandbox__isolation=process)
+       trainer__device=cuda "sandbox__isolation=$ISOLATION")
 step quick_tiny "${SNAKE[@]}" run=gpu_tiny
 summarise gpu_tiny
 
