@@ -15,7 +15,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -25,6 +27,8 @@ from evotrainer.runtime import policy_id
 from tests.e2e import BUDGET, run_snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
 
 SEEDS = 2  # tests/e2e.py: search__seeds=2
 FIRST_RUNG = BUDGET // 4  # search.first_rung 0.25 of a slot, per training seed
@@ -113,3 +117,23 @@ def test_a_run_killed_mid_rung_resumes_to_the_same_lineage(tmp_path, planted, ru
     pd.testing.assert_frame_equal(resumed, reference)  # same seeds, same threads: the same lineage
     for table in (resumed, reference):
         assert not table.duplicated(["generation", "candidate_id"]).any()
+
+
+def test_a_final_share_reaches_the_last_continuation_through_the_workflow(tmp_path):
+    """search.final_share=0.5 on experiment=quick (2 generations x 3 slots of 1,536 responses, 384-response first
+    rungs): generation 0 keeps half of its 4,608 (its continuation gets 2,304 - 1,152 = 1,152), the last generation
+    also gets the held-back half of all six slots (2,304 + 4,608 - 1,152 = 5,760), and the search is charged
+    exactly 2 x 3 x 1,536, as without a final share. The continue stage must pass the generation through."""
+    subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                    "--cores", "2", "results/default/gen1/lineage_continue.parquet", "--config", "experiment=quick",
+                    "search__final_share=0.5", "search__budget_unit=responses", "search__budget=1536",
+                    "search__baseline=false", "search__baseline_search=false", "search__baseline_matched=false"],
+                   check=True, capture_output=True, timeout=900)
+    run = tmp_path / "results" / "default"
+    rows = pd.concat([lineage.read(run / f"gen{g}" / "lineage.parquet") for g in (0, 1)]
+                     + [lineage.read(run / f"gen{g}" / "lineage_continue.parquet") for g in (0, 1)])
+    continued = rows[rows["rung"] == 1].set_index("generation")
+    assert list(continued["verdict"]) == ["continued", "continued"]
+    assert [_charged(continued.loc[g]) for g in (0, 1)] == [1152, 5760]
+    assert all(_charged(row) == 384 for _, row in rows[rows["rung"] == 0].iterrows())
+    assert sum(_charged(row) for _, row in rows.iterrows()) == 2 * 3 * 1536
