@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The shared run spends its slots flat (every slot its whole budget: the protocol its tests check);
 # tests/workflow/test_schedule.py runs the same config under the default, search.schedule=rungs.
 BUDGET = 12 * 32 * 8
-QUICK = ["experiment=quick", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
+QUICK = ["experiment=quick", "run=default", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
          "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true",
          "search__schedule=flat"]
 

@@ -19,7 +19,7 @@ from evotrainer.tasks.agentic import HARNESS
 
 REPO = Path(__file__).resolve().parents[2]
 
-REDUCED = ["experiment=swe_quick",
+REDUCED = ["experiment=swe_quick", "run=default",
            "overrides=[task.sizes.train=6,task.sizes.val=4,task.sizes.test=4,task.sizes.probe=2,"
            "policy.hidden_size=64,policy.intermediate_size=128,policy.sft.max_steps=20,policy.sft.batch_size=4]",
            "search__generations=1", "search__steps_per_generation=2", "agent__max_candidates=0",

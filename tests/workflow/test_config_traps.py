@@ -81,7 +81,7 @@ def test_missing_paths_and_keys_fail_before_any_job(tmp_path):
 
 
 def test_a_changed_config_under_a_run_with_outputs_is_refused_and_generations_still_extend(tmp_path):
-    quick = ["experiment=quick", "search__generations=2"]
+    quick = ["experiment=quick", "run=default", "search__generations=2"]
     data = "results/default/data/train.parquet"
     done = snakemake(tmp_path, data, "--config", *quick, "forkserver=false")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -92,15 +92,27 @@ def test_a_changed_config_under_a_run_with_outputs_is_refused_and_generations_st
     assert "search.steps_per_generation: 12 -> 5" in refused and "run=default-2" in refused
     assert (tmp_path / "results/default/config.yaml").read_text() == saved  # nothing overwrote it
 
-    extended = snakemake(tmp_path, "-n", "--config", "experiment=quick", "search__generations=4")
+    extended = snakemake(tmp_path, "-n", "--config", "experiment=quick", "run=default", "search__generations=4")
     assert planned(extended, "select") == 4
-    rerun = snakemake(tmp_path, data, "--forcerun", "data", "--config", "experiment=quick", "search__generations=4", "trainer__threads=1",
+    rerun = snakemake(tmp_path, data, "--forcerun", "data", "--config", "experiment=quick", "run=default", "search__generations=4", "trainer__threads=1",
                       "forkserver=false")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     config = yaml.safe_load((tmp_path / "results/default/config.yaml").read_text())
     assert config["search"]["generations"] == 4 and config["trainer"]["threads"] == 1
     history = (tmp_path / "results/default/config_history.jsonl").read_text()
     assert '"search.generations": [2, 4]' in history
+
+
+def test_a_preset_names_its_own_run_so_the_default_command_still_runs_afterwards(tmp_path):
+    """A new user runs the README's quick preset, then the default command: the preset once wrote results/default,
+    and the default command was then refused as a changed config. ``run=`` still wins over the preset's name."""
+    done = snakemake(tmp_path, "results/quick/data/train.parquet", "--config", "experiment=quick", "forkserver=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "results/quick/config.yaml").is_file() and not (tmp_path / "results/default").exists()
+    default = snakemake(tmp_path, "-n")
+    assert planned(default, "select") == 3 and "results/default/gen2/" in default.stdout
+    named = snakemake(tmp_path, "-n", "--config", "experiment=quick", "run=mine")
+    assert planned(named, "select") == 2 and "results/mine/gen1/" in named.stdout and "results/quick/" not in named.stdout
 
 
 def test_a_users_own_config_folder_joins_through_hydra_searchpath(tmp_path):
@@ -122,10 +134,10 @@ def test_starting_snakemake_by_another_name_of_the_interpreter_reruns_nothing(tm
     if not script.is_file():
         pytest.skip("no snakemake script beside this interpreter")
     data = "results/default/data/train.parquet"
-    done = snakemake(tmp_path, data, "--config", "experiment=quick", "forkserver=false")
+    done = snakemake(tmp_path, data, "--config", "experiment=quick", "run=default", "forkserver=false")
     assert done.returncode == 0, done.stderr[-3000:]
     again = subprocess.run([str(script), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2",
-                            "-n", data, "--config", "experiment=quick", "forkserver=false"],
+                            "-n", data, "--config", "experiment=quick", "run=default", "forkserver=false"],
                            capture_output=True, text=True, timeout=300)
     assert planned(again, "data") == 0, again.stdout[-2000:]
 

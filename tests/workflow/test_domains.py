@@ -19,9 +19,9 @@ pytestmark = pytest.mark.e2e
 REDUCED = ["search__generations=1", "search__steps_per_generation=3", "agent__max_candidates=1",
            "search__headline_seeds=1"]
 DOMAINS = {
-    "code": ["experiment=code_quick", "overrides=[task.sizes.train=300,task.sizes.val=24,task.sizes.test=24,"
+    "code": ["experiment=code_quick", "run=default", "overrides=[task.sizes.train=300,task.sizes.val=24,task.sizes.test=24,"
              "task.sizes.probe=8,policy.sft.max_steps=40,policy.sft.eval_every=40,policy.sft.eval_prompts=16]"],
-    "reasoning_gym": ["experiment=math_quick", "overrides=[task.sizes.train=300,task.sizes.val=24,task.sizes.test=24,"
+    "reasoning_gym": ["experiment=math_quick", "run=default", "overrides=[task.sizes.train=300,task.sizes.val=24,task.sizes.test=24,"
                       "task.sizes.probe=8,policy=hf,policy.path={model},policy.sft.max_steps=40,policy.sft.lr=1e-3,"
                       "policy.sft.batch_size=64,policy.sft.eval_every=40,policy.sft.eval_prompts=16]"],
 }

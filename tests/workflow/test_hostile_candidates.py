@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "evotrainer"
 pytestmark = pytest.mark.e2e
 
-CONFIG = ["experiment=quick", "search__generations=1", "search__steps_per_generation=6", "agent__max_candidates=0",
+CONFIG = ["experiment=quick", "run=default", "search__generations=1", "search__steps_per_generation=6", "agent__max_candidates=0",
           "sandbox__reward_timeout_s=10"]
 # files the attacks aim at, hashed before and after. Not the whole tree: people edit the working tree while
 # the suite runs; every attack that writes also writes the run's token, which no file of the package may hold.
@@ -388,7 +388,7 @@ def test_a_candidate_cannot_take_the_propose_stage_down(finished, tmp_path, name
     planted.mkdir()
     (planted / f"{name}.diff").write_text(build())
     conf = tmp_path / "config.yaml"
-    conf.write_text(to_yaml(compose(["experiment=quick", "agent.max_candidates=0", f"agent.extra_candidates={planted}"])))
+    conf.write_text(to_yaml(compose(["experiment=quick", "run=default", "agent.max_candidates=0", f"agent.extra_candidates={planted}"])))
     gen0 = finished["run"] / "gen0"
     cmd = [sys.executable, "-m", "evotrainer.cli", "stage", "propose", "--config", str(conf), "--diagnosis",
            str(gen0 / "diagnosis.json"), "--harness", str(gen0 / "harness"), "--out-dir", str(tmp_path / "candidates"),

@@ -73,7 +73,7 @@ def test_interrupting_a_run_while_it_trains_leaves_nothing_running(tmp_path, sig
     before = set(psutil.pids())
     env = {k: v for k, v in os.environ.items() if k != "EVOTRAINER_FORKSERVER_IDLE_S"} | {MARK: str(tmp_path)}
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-               "--cores", "2", "--config", "experiment=quick", "search__steps_per_generation=5000",
+               "--cores", "2", "--config", "experiment=quick", "run=default", "search__steps_per_generation=5000",
                # without the whole-search arm, whose 30,000 steps would hold a core from the start
                "search__baseline_search=false"]
     run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)

@@ -125,7 +125,7 @@ def test_a_final_share_reaches_the_last_continuation_through_the_workflow(tmp_pa
     also gets the held-back half of all six slots (2,304 + 4,608 - 1,152 = 5,760), and the search is charged
     exactly 2 x 3 x 1,536, as without a final share. The continue stage must pass the generation through."""
     subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                    "--cores", "2", "results/default/gen1/lineage_continue.parquet", "--config", "experiment=quick",
+                    "--cores", "2", "results/default/gen1/lineage_continue.parquet", "--config", "experiment=quick", "run=default",
                     "search__final_share=0.5", "search__budget_unit=responses", "search__budget=1536",
                     "search__baseline=false", "search__baseline_search=false", "search__baseline_matched=false"],
                    check=True, capture_output=True, timeout=900)

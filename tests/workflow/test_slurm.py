@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "slurm_local.py"
 LOCAL_PROFILE = REPO / "tests" / "profiles" / "slurm-local"
 STATE = Path(os.environ.get("EVOTRAINER_SLURM_DIR", "/tmp/evotrainer-slurm"))
-CONFIG = ["experiment=quick", "agent__max_candidates=0"]
+CONFIG = ["experiment=quick", "run=default", "agent__max_candidates=0"]
 TARGET = "results/default/gen0/selection.json"
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")
 # the user profile polls as a real cluster wants; this cluster has no slurmdbd and jobs of seconds

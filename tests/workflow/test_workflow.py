@@ -135,7 +135,7 @@ def test_greedy_selection_on_the_same_backtests(finished_run, tmp_path):
     from evotrainer.stages import select
 
     conf = tmp_path / "config.yaml"
-    conf.write_text(to_yaml(compose(["experiment=quick", "search.selection=greedy", "search.min_gain=-1.0"])))  # any valid candidate beats control
+    conf.write_text(to_yaml(compose(["experiment=quick", "run=default", "search.selection=greedy", "search.min_gain=-1.0"])))  # any valid candidate beats control
     gen = finished_run / "gen0"
     select.run(str(conf), str(gen / "candidates"), str(gen / "backtest"), str(gen / "harness"),
                str(tmp_path / "selection.json"), str(tmp_path / "lineage.parquet"), 0)
@@ -277,7 +277,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     population's final elite is re-run under fresh seeds, and proposing a tuner's generation 1 again (a resumed
     run) asks the same trials."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--cores", "2", "headline", "--config", "experiment=headline_smoke"]
+           "--cores", "2", "headline", "--config", "experiment=headline_smoke", "run=default"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = tmp_path / "results"
@@ -338,7 +338,7 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
         candidates = results / f"default-seed0-{arm}" / "gen1" / "candidates"
         before = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
         again = subprocess.run([*cmd[:cmd.index("headline")], str(candidates.relative_to(tmp_path)), "--forcerun",
-                                "propose", "--config", "experiment=headline_smoke"], capture_output=True, text=True,
+                                "propose", "--config", "experiment=headline_smoke", "run=default"], capture_output=True, text=True,
                                timeout=600)
         assert again.returncode == 0, again.stderr[-3000:]
         after = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}

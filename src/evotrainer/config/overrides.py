@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from evotrainer.config.schema import (
@@ -97,6 +97,7 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path | None = No
     overrides = [str(o) for o in overrides or []]
     _check_renamed_overrides(overrides)
     overrides = [_checked_override(o) for o in overrides]
+    preset_run = _preset_run(overrides)
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=overrides)
@@ -104,7 +105,21 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path | None = No
         raise ConfigError(_missing_option(err, conf)) from None
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_hydra_error(err)) from None
+    if preset_run and cfg.get("run") == "default":  # the preset's YAML set no run of its own
+        with open_dict(cfg):
+            cfg.run = preset_run
     return validate(cfg)
+
+
+def _preset_run(overrides: list[str]) -> str | None:
+    """``experiment=quick`` without ``run=``: the preset's own run, ``results/quick/`` (so that a preset never
+    writes into ``results/default`` and the plain command afterwards is not refused as another config). A preset
+    whose YAML sets ``run:`` keeps it, and ``run=`` given on the command line wins over both."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "experiment" and "=" in o]
+    if not chosen or any(o.split("=", 1)[0].lstrip("+") == "run" for o in overrides if "=" in o):
+        return None
+    name = chosen[-1].strip().strip("'\"").replace("/", "-")
+    return name if name and name != "null" else None
 
 
 def _missing_option(err: Any, conf: Path) -> str:
