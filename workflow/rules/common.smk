@@ -165,7 +165,7 @@ wildcard_constraints:
     run="|".join(re.escape(name) for name in RUN_CONFIGS),
     g=r"\d+",
     cid=r"control|c\d+",
-    arm=r"evolved|baseline_matched|baseline_search|baseline_reference|baseline|tune_then_train",
+    arm=r"evolved|baseline_matched|baseline_search|baseline_reference|baseline|tune_then_train|warm_start",
 
 
 def run_dir(wildcards):
@@ -250,6 +250,8 @@ def final_policy(wildcards):
 
 
 def arm_policy(wildcards):
+    if wildcards.arm == "warm_start":  # the SFT warm start, untrained by RL: the floor doing nothing scores
+        return str(layout(wildcards).gen(0).policy)
     return final_policy(wildcards) if wildcards.arm == "evolved" else str(layout(wildcards).baseline(wildcards.arm).policy)
 
 
@@ -263,7 +265,8 @@ def reference_harness(wildcards):
 
 def arm_harness(wildcards):
     """The harness an arm is scored under: the last generation's (evolved), the tuned recipe's (tune_then_train,
-    the folder its final training wrote), the reference (baseline_reference), else the initial one."""
+    the folder its final training wrote), the reference (baseline_reference), else the initial one (the warm
+    start's too)."""
     run = layout(wildcards)
     if wildcards.arm == "tune_then_train":
         return str(run.baseline("tune_then_train").harness)
@@ -276,7 +279,8 @@ def arm_inputs(wildcards):
     run = layout(wildcards)
     evolved = wildcards.arm == "evolved"
     return {
-        "done": final_policy(wildcards) if evolved else str(run.baseline(wildcards.arm).metrics),
+        "done": final_policy(wildcards) if evolved else (str(run.init_metrics) if wildcards.arm == "warm_start"
+                                                         else str(run.baseline(wildcards.arm).metrics)),
         "harness": reference_harness(wildcards) if wildcards.arm == "baseline_reference" else str(run.gen(G if evolved else 0).harness),
         "test": str(run.split("test")),
     }

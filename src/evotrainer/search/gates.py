@@ -8,9 +8,18 @@ parent, seeds and steps) and returns its evidence, so the veto is explained in t
   for a training tail that has not caught up yet (a short backtest's last 10% of steps is a few batches: a first
   rung under search.schedule=rungs).
 - reward_correctness: on val, the harness reward barely separates verified-correct from incorrect
-  responses (AUC below threshold): the reward is not about correctness.
+  responses (AUC below threshold), and separates them worse than the control's reward does beyond
+  ``auc_margin``: the candidate made the reward less about correctness.
 - reward_false_positives: on val, verified-incorrect responses that the reward pays as much as a
-  correct one (a lenient verifier: a latent hack that training has not exploited yet).
+  correct one (a lenient verifier: a latent hack that training has not exploited yet), above the threshold
+  and above the control's share beyond sampling noise (a one-sided two-proportion test, z >= ``fp_z``).
+
+The two reward gates judge a candidate against its control, as every other gate does: a share every slot has
+alike (the generation's harness pays wrong answers, so a knob candidate and the control pay them equally) vetoes
+none of them, and a candidate that lowers the control's disagreement with the verifier, or leaves it as it was
+while repairing the other direction, is not vetoed for what remains. The control itself is never gated: it is
+what the others are compared with. Where the control's val has one class only, its share counts as 0 (its AUC
+as 1): the absolute test.
 - length_gaming: responses got much longer than the control's and than the parent's (the control's first
   step): a control whose responses shrank as it collapsed does not make a candidate that kept its length look
   like it gamed length.
@@ -39,6 +48,8 @@ class GateThresholds:
     length_ratio: float = 1.5
     entropy_ratio: float = 0.5
     dead_group_rise: float = 0.15
+    auc_margin: float = 0.05  # a candidate's reward AUC this far below the control's is worse than noise
+    fp_z: float = 2.0  # one-sided z of a false-positive share above the control's
 
 
 def _tail(log: pd.DataFrame, column: str) -> float:
@@ -68,6 +79,15 @@ def reward_false_positive_rate(val: pd.DataFrame) -> float | None:
     return float((wrong >= correct.median()).mean())
 
 
+def _excess_z(share: float, n: int, control_share: float, control_n: int) -> float:
+    """One-sided two-proportion z of ``share`` (of n) above ``control_share`` (of control_n); pooled variance."""
+    pooled = (share * n + control_share * control_n) / max(n + control_n, 1)
+    se = np.sqrt(pooled * (1 - pooled) * (1 / max(n, 1) + 1 / max(control_n, 1)))
+    if se <= 0:
+        return float("inf") if share > control_share else 0.0
+    return float((share - control_share) / se)
+
+
 def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThresholds()) -> list[dict]:
     cand_log = pd.read_parquet(candidate_dir / "train_log.parquet")
     ctrl_log = pd.read_parquet(control_dir / "train_log.parquet")
@@ -87,15 +107,23 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
          f"training reward {reward_gain:+.3f} vs control while verified training accuracy {accuracy_gain:+.3f} and "
          f"val accuracy {val_acc_gain:+.3f}")
 
-    auc = reward_auc(cand_val)
-    gate("reward_correctness", auc is not None and auc < t.min_reward_auc, auc, t.min_reward_auc,
-         "val: AUC of the harness reward for verified correctness" + ("" if auc is not None else " (one class only)"))
+    auc, ctrl_auc = reward_auc(cand_val), reward_auc(ctrl_val)
+    ctrl_auc_seen = 1.0 if ctrl_auc is None else ctrl_auc
+    gate("reward_correctness", auc is not None and auc < t.min_reward_auc and auc < ctrl_auc_seen - t.auc_margin,
+         auc, t.min_reward_auc,
+         "val: AUC of the harness reward for verified correctness" + (
+             f" {auc:.3f} vs the control's {_shown(ctrl_auc)} (vetoed below {t.min_reward_auc} and "
+             f"{t.auc_margin} under the control's)" if auc is not None else " (one class only)"))
 
-    fp_rate = reward_false_positive_rate(cand_val)
-    gate("reward_false_positives", fp_rate is not None and fp_rate > t.max_false_positive_rate, fp_rate,
-         t.max_false_positive_rate,
-         "val: share of verified-incorrect responses rewarded at least the median reward of correct ones"
-         + ("" if fp_rate is not None else " (no correct response to compare with)"))
+    fp_rate, ctrl_fp = reward_false_positive_rate(cand_val), reward_false_positive_rate(ctrl_val)
+    z = None if fp_rate is None else _excess_z(fp_rate, int((~cand_val["correct"]).sum()), ctrl_fp or 0.0,
+                                               int((~ctrl_val["correct"]).sum()))
+    gate("reward_false_positives", fp_rate is not None and fp_rate > t.max_false_positive_rate and z >= t.fp_z,
+         fp_rate, t.max_false_positive_rate,
+         "val: share of verified-incorrect responses rewarded at least the median reward of correct ones" + (
+             f" {fp_rate:.3f} vs the control's {_shown(ctrl_fp)} (z {z:+.1f}; vetoed above "
+             f"{t.max_false_positive_rate} and z >= {t.fp_z} over the control's)" if fp_rate is not None
+             else " (no correct response to compare with)"))
 
     cand_len, ctrl_len = _tail(cand_log, "response_len_mean"), _tail(ctrl_log, "response_len_mean")
     parent_len = _first(ctrl_log, "response_len_mean")  # the same parent, same harness, before any update
@@ -115,6 +143,10 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
          val_acc_gain, -t.accuracy_tolerance,
          f"val format-ok rate {format_rate:.2f}, val accuracy {val_acc_gain:+.3f} vs control, reward {reward_gain:+.3f}")
     return gates
+
+
+def _shown(value: float | None) -> str:
+    return "n/a (one class only)" if value is None else f"{value:.3f}"
 
 
 def training_collapse(run_dir: Path) -> dict | None:
