@@ -36,7 +36,7 @@ gen{g}/approvals/{stage}.json                        the pass record of the appr
 tune_then_train/                                     the tune_then_train arm's final training run (tune)
 tune/{cid}/candidate/, tune/{cid}/backtest/          its trials: the recipe asked, its backtest (tune)
 tune/study.json                                      its trials' outcomes and the best one (tune)
-eval/{arm}/test_metrics.json, test_rollouts.parquet  an arm's test scores (evaluate; arm evolved too)
+eval/{arm}/test_metrics.json, test_rollouts.parquet  an arm's test scores (evaluate; arm evolved and warm_start too)
 eval/{arm}/test_rollouts_turns.parquet               multi-turn tasks' per-turn test rows (evaluate)
 lineage.parquet                                      every candidate of the run (lineage)
 summary.json, summary.md                             the run's result (summary)
@@ -182,7 +182,7 @@ TEMPLATES: dict[str, str] = {
 FIELDS: dict[str, str] = {
     "g": r"\d+",
     "cid": r"[\w-]+",
-    "arm": r"evolved|baseline_matched|baseline_search|baseline_reference|baseline|tune_then_train",
+    "arm": r"evolved|baseline_matched|baseline_search|baseline_reference|baseline|tune_then_train|warm_start",
     "stage": r"diagnosis|propose|backtest|select",
     "split": r"\w+",
     "s": r"\d+",

@@ -72,3 +72,12 @@ def test_a_reward_that_crashes_on_real_rollouts_is_rejected(replays):
     r = replays["crashing_reward"]
     assert r["status"] == "rejected" and r["failure_label"] == "reward_error"
     assert "ZeroDivisionError" in r["reason"]
+
+
+def test_replay_measures_what_a_change_does_to_the_evidence(replays):
+    # a repair is a change whose effect on the evidence is measured (docs/flaws.md): rows the reward scores
+    # otherwise, pool weights the curriculum sets otherwise, beside the parent's on the same rows
+    assert replays["control"]["reward_rows_changed"] == 0 and replays["control"]["curriculum_weights_changed"] is None
+    assert replays["dynamic_sampling"]["reward_rows_changed"] == 0
+    assert replays["narrow_curriculum"]["curriculum_weights_changed"] > 0  # rejected (kept fraction), measured
+    assert replays["constant_reward"]["reward_rows_changed"] > 0

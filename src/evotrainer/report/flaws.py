@@ -1,27 +1,44 @@
 """The flaws suite's table: recovery per flaw and arm with intervals, compute beside it (docs/flaws.md).
 
-For one flaw, each seed has four arms scored on the same test prompts: ``loop``, ``tuner``, ``flawed`` (the flawed
-harness trained unchanged) and ``reference`` (the shipped harness), all at the search's charged total. With
-``acc`` the mean over seeds of the test accuracy,
+For one flaw, each seed has these arms, scored on the same test prompts from the same generation-0 policy:
 
-    recovery(arm) = (acc(arm) - acc(flawed)) / (acc(reference) - acc(flawed))
+- ``loop`` and ``tuner``: the searched arms, at the search's charged total;
+- ``reference``: the shipped harness trained for that total;
+- three floors, what doing nothing about the flaw scores: ``flawed`` (the flawed harness trained for the whole
+  total), ``flawed_matched`` (the flawed harness trained for exactly the compute that trained the loop's returned
+  policy: training less on the flaw) and ``warm_start`` (the SFT policy, untrained).
 
-1 is the whole gap closed, 0 none of it, below 0 worse than leaving the flaw alone. A flaw is admitted to the
-suite's verdict only where the gap ``acc(reference) - acc(flawed)`` is at least ``flaws.min_gap``. The interval
-is a two-level bootstrap (seeds with replacement, then test prompts within each seed, paired across the four
-arms); a resample whose gap is not above zero has no recovery and is left out (its share is reported). A
-loop whose final harness restores or reaches for a shipped harness file counts as the flawed harness.
+With ``acc`` the mean over seeds of the test accuracy and ``floor`` the best of the floors,
+
+    recovery(arm) = (acc(arm) - floor) / (acc(reference) - floor)
+
+1 is the whole gap closed, 0 no more than doing nothing scores. A flaw is admitted only where the gap
+``acc(reference) - floor`` is at least ``flaws.min_gap``. The interval is a two-level bootstrap (seeds with
+replacement, then test prompts within each seed, paired across the arms; the floor is taken again in each
+resample); a resample whose gap is not above zero has no recovery and is left out (its share is reported).
+
+The verdict comes from the interval alone: an arm **recovers** a flaw where the lower end of its recovery interval
+is at least ``GOAL`` (so above the best floor by 70% of the gap), **does not** where the upper end is below it, and
+is **undecided** otherwise; the point estimate is reported beside it and is never a verdict. The knob-fixable
+flaws are the suite's positive control: the suite is ``valid`` only where the tuner recovers every admitted one.
+
+A loop whose final harness restores or reaches for a shipped harness file counts as the flawed harness. Outcomes
+measured before the floors existed have ``flawed`` alone (the other floors' columns are empty, and named so).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-ARMS = ("loop", "tuner", "flawed", "reference")
+ARMS = ("loop", "tuner", "flawed", "reference", "flawed_matched", "warm_start")
+REQUIRED = ("loop", "tuner", "flawed", "reference")
+FLOORS = ("flawed", "flawed_matched", "warm_start")
 SEARCHED = ("loop", "tuner")
+REFERENCE = ARMS.index("reference")
 GOAL = 0.70  # the issue's goal: the loop recovers at least this share of the gap on most non-knob flaws
 N_RESAMPLES = 2000
 
@@ -37,42 +54,68 @@ def per_prompt(path: str | None) -> pd.Series | None:
 
 
 def seed_matrix(seed: dict) -> np.ndarray | None:
-    """prompts x ARMS correctness of one seed (the prompts every arm scored), None where an arm is missing; a loop
-    whose repair does not count is the flawed column again."""
+    """prompts x ARMS correctness of one seed (the prompts every measured arm scored), None where a required arm
+    is missing; a floor that was not measured is a column of nan. A loop whose repair does not count is the
+    flawed column again."""
     series = {arm: per_prompt((seed["arms"].get(arm) or {}).get("test_rollouts")) for arm in ARMS}
-    if any(s is None for s in series.values()):
+    if any(series[arm] is None for arm in REQUIRED):
         return None
     if not seed.get("repair_counts", True):
         series["loop"] = series["flawed"]
-    frame = pd.concat([series[arm].rename(arm) for arm in ARMS], axis=1, join="inner")
-    return frame.to_numpy() if len(frame) else None
+    measured = [arm for arm in ARMS if series[arm] is not None]
+    frame = pd.concat([series[arm].rename(arm) for arm in measured], axis=1, join="inner")
+    return frame.reindex(columns=list(ARMS)).to_numpy(dtype=float) if len(frame) else None
+
+
+def floor_of(acc: np.ndarray) -> np.ndarray:
+    """The best floor of each row of accuracies (ARMS columns; a narrower array has the floors it holds)."""
+    columns = [ARMS.index(arm) for arm in FLOORS if ARMS.index(arm) < acc.shape[-1]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(acc[..., columns], axis=-1)
 
 
 def recovery_of(acc: np.ndarray) -> np.ndarray:
-    """Recovery of each arm from the ARMS accuracies (nan where the gap is not above zero)."""
-    gap = acc[..., 3] - acc[..., 2]
+    """Recovery of each arm from the ARMS accuracies, against the best floor (nan where the gap is not above 0)."""
+    floor = floor_of(acc)
+    gap = acc[..., REFERENCE] - floor
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = (acc - acc[..., 2:3]) / gap[..., None]
+        out = (acc - floor[..., None]) / gap[..., None]
     out[gap <= 0] = np.nan
     return out
+
+
+def _seed_means(matrices: list[np.ndarray]) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a floor no seed measured stays nan
+        return np.nanmean(matrices, axis=0)
 
 
 def bootstrap(matrices: list[np.ndarray], confidence: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
     """(low, high) recovery per arm and the share of resamples with no gap (two-level bootstrap)."""
     rng = np.random.default_rng(seed)
-    draws = np.empty((N_RESAMPLES, len(ARMS)))
+    draws = np.empty((N_RESAMPLES, matrices[0].shape[1]))
     for b in range(N_RESAMPLES):
         chosen = rng.integers(0, len(matrices), len(matrices))
-        means = [matrices[i][rng.integers(0, len(matrices[i]), len(matrices[i]))].mean(axis=0) for i in chosen]
-        draws[b] = np.mean(means, axis=0)
+        draws[b] = _seed_means([matrices[i][rng.integers(0, len(matrices[i]), len(matrices[i]))].mean(axis=0)
+                                for i in chosen])
     rec = recovery_of(draws)
     alpha = (1 - confidence) / 2
-    no_gap = float(np.isnan(rec[:, 3]).mean())
+    no_gap = float(np.isnan(rec[:, REFERENCE]).mean())
     if no_gap >= 1.0:
-        return np.full(len(ARMS), np.nan), np.full(len(ARMS), np.nan), no_gap
-    low = np.nanquantile(rec, alpha, axis=0)
-    high = np.nanquantile(rec, 1 - alpha, axis=0)
+        return np.full(draws.shape[1], np.nan), np.full(draws.shape[1], np.nan), no_gap
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low = np.nanquantile(rec, alpha, axis=0)
+        high = np.nanquantile(rec, 1 - alpha, axis=0)
     return low, high, no_gap
+
+
+def verdict_of(low: float | None, high: float | None) -> str:
+    """From the interval alone: recovers (lower end >= GOAL), does_not (upper end < GOAL), else undecided."""
+    if low is None or high is None:
+        return "undecided"
+    return "recovers" if low >= GOAL else ("does_not" if high < GOAL else "undecided")
 
 
 def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
@@ -85,22 +128,29 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
     row["seeds_scored"] = len(usable)
     row["seeds_missing"] = sorted(s for s, m in matrices.items() if m is None)
     row["repairs"] = {s: entry.get("repairs", []) for s, entry in seeds.items()}
+    row["knob_moves"] = {s: entry.get("knob_moves", []) for s, entry in seeds.items() if entry.get("knob_moves")}
     row["repair_not_counted"] = {s: {"restored_shipped": entry.get("restored_shipped", []),
                                      "reaches_shipped": entry.get("reaches_shipped", [])}
                                  for s, entry in seeds.items() if entry.get("repair_counts") is False}
     row["charged"] = {arm: _mean([(entry["arms"].get(arm) or {}).get("charged") for entry in seeds.values()])
-                      for arm in ARMS} if seeds else {}
+                      for arm in ARMS if any(entry["arms"].get(arm) for entry in seeds.values())} if seeds else {}
     if not usable:
         row["admitted"] = False
         return row
-    acc = np.mean([m.mean(axis=0) for m in usable], axis=0)
+    acc = _seed_means([m.mean(axis=0) for m in usable])
+    floor = float(floor_of(acc[None, :])[0])
     rec = recovery_of(acc[None, :])[0]
     low, high, no_gap = bootstrap(usable, confidence)
-    gap = float(acc[3] - acc[2])
-    row |= {"test_accuracy": {arm: round(float(a), 4) for arm, a in zip(ARMS, acc, strict=True)},
+    gap = float(acc[REFERENCE] - floor)
+    floors = {arm: _num(acc[ARMS.index(arm)], 4) for arm in FLOORS}
+    row |= {"test_accuracy": {arm: _num(a, 4) for arm, a in zip(ARMS, acc, strict=True)},
+            "floors": floors, "floors_missing": [arm for arm, value in floors.items() if value is None],
+            "best_floor": {"arm": max((a for a in FLOORS if floors[a] is not None), key=lambda a: floors[a]),
+                           "test_accuracy": round(floor, 4)},
             "gap": round(gap, 4), "admitted": gap >= min_gap, "no_gap_share": round(no_gap, 4),
-            "recovery": {arm: _num(rec[i]) for i, arm in enumerate(ARMS) if arm in SEARCHED},
-            "recovery_ci": {arm: [_num(low[i]), _num(high[i])] for i, arm in enumerate(ARMS) if arm in SEARCHED}}
+            "recovery": {arm: _num(rec[ARMS.index(arm)]) for arm in SEARCHED},
+            "recovery_ci": {arm: [_num(low[ARMS.index(arm)]), _num(high[ARMS.index(arm)])] for arm in SEARCHED}}
+    row["verdict"] = {arm: verdict_of(*row["recovery_ci"][arm]) for arm in SEARCHED}
     return row
 
 
@@ -108,52 +158,77 @@ def suite_table(records: list[dict], tuner: str, seeds: int, min_gap: float, con
     rows = [flaw_row(record, min_gap, confidence) for record in records]
     admitted = [r for r in rows if r.get("admitted")]
     flaws = [r for r in admitted if not r.get("knob_fixable")]
+    controls = {r["flaw"]: r["verdict"]["tuner"] for r in admitted if r.get("knob_fixable")}
+    goal = f"{int(GOAL * 100)}pct"
     verdict = {
         "flaws_run": len(rows),
         "failed": [r["flaw"] for r in rows if r.get("status") != "ok"],
         "not_admitted": [r["flaw"] for r in rows if not r.get("admitted")],
         "non_knob_admitted": len(flaws),
-        **{f"{arm}_recovers_{int(GOAL * 100)}pct": [r["flaw"] for r in flaws
-                                                    if (r["recovery"].get(arm) or -np.inf) >= GOAL] for arm in SEARCHED},
-        "controls": {r["flaw"]: r.get("recovery") for r in admitted if r.get("knob_fixable")},
+        **{f"{arm}_recovers_{goal}": [r["flaw"] for r in flaws if r["verdict"][arm] == "recovers"] for arm in SEARCHED},
+        **{f"{arm}_undecided": [r["flaw"] for r in flaws if r["verdict"][arm] == "undecided"] for arm in SEARCHED},
+        # point estimates: reported, never a verdict
+        **{f"{arm}_point_{goal}": [r["flaw"] for r in flaws if (r["recovery"].get(arm) or -np.inf) >= GOAL]
+           for arm in SEARCHED},
+        "controls": controls,
+        "control_status": ("none admitted" if not controls else
+                           "passed" if all(v == "recovers" for v in controls.values()) else "invalid"),
     }
     return {"tuner": tuner, "seeds": seeds, "min_gap": min_gap, "confidence": confidence, "goal": GOAL,
+            "floors": list(FLOORS),
             "interval": "two-level bootstrap: seeds, then test prompts within each seed (paired across arms)",
             "flaws": rows, "verdict": verdict}
 
 
 def write_markdown(table: dict) -> str:
-    lines = [f"# Flaws suite (tuner: {table['tuner']}, {table['seeds']} seed(s), admitted where reference - flawed "
+    goal = int(table["goal"] * 100)
+    lines = [f"# Flaws suite (tuner: {table['tuner']}, {table['seeds']} seed(s), admitted where reference - best floor "
              f">= {table['min_gap']:.2f})", "",
-             "| flaw | knob | status | flawed | reference | gap | loop | loop recovery [CI] | tuner | tuner recovery [CI] "
-             "| charged per arm | job-s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Floors: flawed (the flawed harness, whole charge), matched (the flawed harness at the returned policy's "
+             "charge), warm (the SFT policy, untrained). Recovery is against the best floor; the verdict is the "
+             f"interval's: recovers where its lower end is >= {goal}%.", "",
+             "| flaw | knob | status | flawed | matched | warm | reference | gap | loop | loop recovery [CI] | verdict "
+             "| tuner | tuner recovery [CI] | verdict | charged per arm | job-s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in table["flaws"]:
         acc = row.get("test_accuracy") or {}
-        rec, ci = row.get("recovery") or {}, row.get("recovery_ci") or {}
+        rec, ci, verdict = row.get("recovery") or {}, row.get("recovery_ci") or {}, row.get("verdict") or {}
         status = row.get("status") or "?"
         if row.get("label"):
             status += f" ({row['label']})"
         if acc and not row.get("admitted"):
             status += ", not admitted"
-        charged = row.get("charged") or {}
+        best = (row.get("best_floor") or {}).get("arm")
+        floors = [_pct(acc.get(arm)) + ("*" if arm == best else "") for arm in FLOORS]
         lines.append("| " + " | ".join([
-            str(row["flaw"]), "yes" if row.get("knob_fixable") else "no", status,
-            _pct(acc.get("flawed")), _pct(acc.get("reference")), _pct(row.get("gap")),
-            _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")),
-            _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")),
-            _charged_cell(charged), _int(row.get("job_seconds"))]) + " |")
+            str(row["flaw"]), "yes" if row.get("knob_fixable") else "no", status, *floors,
+            _pct(acc.get("reference")), _pct(row.get("gap")),
+            _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")), verdict.get("loop", "–"),
+            _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")), verdict.get("tuner", "–"),
+            _charged_cell(row.get("charged") or {}), _int(row.get("job_seconds"))]) + " |")
     verdict = table["verdict"]
-    lines += ["", f"Non-knob flaws admitted: {verdict['non_knob_admitted']}; the loop recovers >= "
-                  f"{int(table['goal'] * 100)}% on {verdict['loop_recovers_70pct']}, the tuner on "
-                  f"{verdict['tuner_recovers_70pct']}. Failed: {verdict['failed'] or 'none'}. Not admitted: "
-                  f"{verdict['not_admitted'] or 'none'}.", ""]
+    lines += ["", "\\* the best floor, the one recovery is measured from.", "",
+              f"Non-knob flaws admitted: {verdict['non_knob_admitted']}; by the interval the loop recovers >= {goal}% "
+              f"on {verdict[f'loop_recovers_{goal}pct']} (undecided: {verdict['loop_undecided']}), the tuner on "
+              f"{verdict[f'tuner_recovers_{goal}pct']} (undecided: {verdict['tuner_undecided']}). Point estimates "
+              f">= {goal}% (no verdict): loop {verdict[f'loop_point_{goal}pct']}, tuner {verdict[f'tuner_point_{goal}pct']}. "
+              f"Positive control (the tuner on the knob-fixable flaws): **{verdict['control_status']}** "
+              f"{verdict['controls'] or ''}. Failed: {verdict['failed'] or 'none'}. Not admitted: "
+              f"{verdict['not_admitted'] or 'none'}.", ""]
     for row in table["flaws"]:
+        if row.get("floors_missing") and row.get("test_accuracy"):
+            lines.append(f"- {row['flaw']}: floors not measured: {', '.join(row['floors_missing'])}")
         for seed, repairs in (row.get("repairs") or {}).items():
             for repair in repairs:
-                lines.append(f"- {row['flaw']} seed {seed}: generation {repair['generation']} {repair['candidate_id']} "
-                             f"{repair['intervention']} (targets {', '.join(repair['targeted_findings']) or '-'}; "
-                             f"files {', '.join(repair['files'])})")
+                kind = repair.get("kind", "?") + (" (verifier_fallback)" if repair.get("verifier_fallback") else "")
+                lines.append(f"- {row['flaw']} seed {seed}: repair, generation {repair['generation']} "
+                             f"{repair['candidate_id']} {repair['intervention']}: {kind}; "
+                             f"{repair.get('effect') or 'effect not recorded'} (targets "
+                             f"{', '.join(repair['targeted_findings']) or '-'}; files {', '.join(repair['files'])})")
+        for seed, moves in (row.get("knob_moves") or {}).items():
+            for move in moves:
+                lines.append(f"- {row['flaw']} seed {seed}: knob move (not a repair), generation {move['generation']} "
+                             f"{move['candidate_id']} {move['intervention']} (files {', '.join(move['files'])})")
         for seed, contact in (row.get("repair_not_counted") or {}).items():
             lines.append(f"- {row['flaw']} seed {seed}: repair not counted, shipped harness contact {contact}")
         if row.get("detail"):
@@ -207,8 +282,8 @@ def _mean(values: list) -> float | None:
     return round(sum(numbers) / len(numbers), 1) if numbers else None
 
 
-def _num(value: float) -> float | None:
-    return None if value is None or not np.isfinite(value) else round(float(value), 3)
+def _num(value: float, digits: int = 3) -> float | None:
+    return None if value is None or not np.isfinite(value) else round(float(value), digits)
 
 
 def _pct(value: float | None) -> str:

@@ -12,6 +12,9 @@
    - ``flawed``: the flawed harness trained unchanged for the whole search's budget (``baseline_search``);
    - ``reference``: the shipped harness trained the same way (``baseline_reference``, ``harness.reference``);
      no agent stage has it as an input;
+   - two more floors, what doing nothing about the flaw scores: ``flawed_matched``, the flawed harness trained for
+     exactly the compute that trained the loop's returned policy (``baseline_matched``: training less on the flaw),
+     and ``warm_start``, the generation-0 policy scored on test untrained;
 
    each seed with its own empty skill library (the headline's seed runs ``NAME-<flaw>-seed<s>``);
 3. the outcome names what exists: each arm's test score file, the promoted path's repairs, and whether the
@@ -36,10 +39,11 @@ from evotrainer.atomic import read_json, write_json, write_text
 from evotrainer.contracts.flaw import Flaw, FlawError, load_flaw
 from evotrainer.layout import RunLayout, arm_run, seed_run
 
-ARMS = ("loop", "tuner", "flawed", "reference")
+ARMS = ("loop", "tuner", "flawed", "reference", "flawed_matched", "warm_start")
 # each arm: the run (relative to the flaw's seed run) and the evaluated arm whose test score it is
 ARM_SOURCES = {"loop": ("", "evolved"), "tuner": ("tuner", "evolved"), "flawed": ("", "baseline_search"),
-               "reference": ("", "baseline_reference")}
+               "reference": ("", "baseline_reference"), "flawed_matched": ("", "baseline_matched"),
+               "warm_start": ("", "warm_start")}
 TERMINATE_GRACE_S = 60.0  # a child snakemake given SIGTERM ends its jobs (common.smk) within this, else is killed
 LOG_TAIL_CHARS = 3000
 
@@ -109,8 +113,9 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
     owned = [f"run={flaw_run_name(cfg.run, flaw.name)}", f"results_dir={cfg.results_dir}",
              f"harness.initial={harness.resolve()}", f"harness.reference={reference.resolve()}",
              "skills.library_dir=null", f"search.headline_seeds={cfg.flaws.seeds}",
-             # only the arms the table reads: no fixed recipe at equal steps, none at the promoted path's charge
-             "search.baseline=false", "search.baseline_matched=false",
+             # only the arms the table reads: no fixed recipe at equal steps; the flawed harness at the returned
+             # policy's charge is a floor (flawed_matched)
+             "search.baseline=false", "search.baseline_matched=true",
              f"search.headline_arms=[evolved,fixed,fixed_search,{cfg.flaws.tuner}]"]
     try:
         compose(base + owned)
@@ -243,6 +248,8 @@ def _read(path: Path) -> dict | None:
 
 def _charged(layout: RunLayout, evaluated: str) -> int | None:
     """Charged responses: the search's total for a loop (its ledger), the arm's own for a fixed-recipe arm."""
+    if evaluated == "warm_start":  # no RL: the warm start is every arm's shared SFT
+        return 0
     summary = _read(layout.summary)
     if evaluated == "evolved":
         search = ((summary or {}).get("ledger") or {}).get("search") or {}

@@ -22,10 +22,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from evotrainer.atomic import read_json, write_json
 from evotrainer.contracts import evidence, lineage
 from evotrainer.contracts import turns as turns_contract
-from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff
+from evotrainer.contracts.candidate import CONTROL, CandidateError, apply_diff, touched_files
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.layout import RunLayout
 from evotrainer.sandbox.harness_code import (
@@ -82,6 +84,7 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
                 rescored = ev.assign(reward=rescore(ev, prompts, reward, recipe=recipe, turns=turns).rewards)
             # what training's curriculum gets: the same door, the same pool, the cached rollouts as recorded
             weights = curriculum_weights(harness, pool, ev, cfg.sandbox)
+            parent_weights = _parent_weights(parent_harness, pool, ev, cfg.sandbox, diff)
             findings = run_tasks(harness, ["diagnose"], {"evidence": rescored, "recipe": recipe},
                                  isolation=cfg.sandbox.isolation).findings
         except (CandidateError, SandboxError) as err:
@@ -103,6 +106,10 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
         "reward_auc_for_correctness": reward_auc(rescored),
         "reward_false_positive_rate": reward_false_positive_rate(rescored),
         "findings_flagged": flagged,
+        "reward_rows_changed": int((~np.isclose(rescored["reward"].to_numpy(float), ev["reward"].to_numpy(float),
+                                                 rtol=0.0, atol=1e-9)).sum()),
+        "curriculum_weights_changed": None if parent_weights is None else int(
+            (~np.isclose(np.asarray(weights, float), np.asarray(parent_weights, float), rtol=1e-6, atol=1e-12)).sum()),
     }
     label, reason = None, None
     if proposal["candidate_id"] == CONTROL or not diff.strip():
@@ -126,3 +133,15 @@ def diagnostic_replay(cfg, rollouts: str, parent_harness: str, candidate_dir: st
         result = backtest(parent_harness, harness, branches, smoke={"evidence": rollouts}, conf=conf)
     return {"status": "diagnostic", "diagnostic_backtest": result, "failure_label": result["failure_label"],
             "reason": result["reason"]}
+
+
+def _parent_weights(parent_harness, pool, ev, sandbox, diff: str):
+    """The parent's curriculum weights on the same pool and evidence, where the candidate changes the curriculum
+    (what the change does to the evidence: a repair's measured effect); None otherwise, or where the parent's own
+    curriculum fails here (the candidate is not blamed for it)."""
+    if not diff.strip() or "curriculum.py" not in touched_files(diff):
+        return None
+    try:
+        return curriculum_weights(parent_harness, pool, ev, sandbox)
+    except SandboxError:
+        return None
