@@ -134,3 +134,48 @@ def test_an_outcome_written_under_the_old_rule_is_counted_again_from_its_loop_ru
     restored = old | {"restored_shipped": ["reward.py"]}
     assert recount_reaches(loop, restored)["repair_counts"] is False
     assert recount_reaches(RunLayout(tmp_path / "gone"), old) == old  # the run is gone: the outcome stands
+
+
+def _diff(file: str, added: str) -> str:
+    return f"--- a/{file}\n+++ b/{file}\n@@ -1 +1,2 @@\n x\n+{added}\n"
+
+
+def test_a_repair_is_a_reward_curriculum_or_environment_change_with_a_measured_effect():
+    from evotrainer.stages.flaws_repairs import classify
+
+    verdict = _diff("reward.py", 'ok = (extra_info or {}).get("verification", {}).get("correct")')
+    assert classify(verdict, {"rows": 256, "reward_rows_changed": 31}) == {
+        "kind": "reward", "effect": "31 of 256 cached rows rescored otherwise than the parent",
+        "verifier_fallback": True}
+    own_logic = classify(_diff("reward.py", "score = 1.0 if value == truth else 0.0"), {"rows": 9, "reward_rows_changed": 2})
+    assert own_logic["kind"] == "reward" and not own_logic["verifier_fallback"]
+    # a reward edit that scores every cached row as the parent did is no repair; a knob move is listed apart
+    assert classify(_diff("reward.py", "pass"), {"rows": 9, "reward_rows_changed": 0})["kind"] == "other"
+    assert classify(_diff("reward.py", "pass"), None)["effect"] == "no replay on record"
+    assert classify(_diff("recipe.yaml", "lr: 1.0e-4"), {"reward_rows_changed": 0})["kind"] == "knob"
+    assert classify(_diff("curriculum.py", "w[:3] = 0"), {"curriculum_weights_changed": 3})["kind"] == "curriculum"
+    assert classify(_diff("env.yaml", "max_turns: 6"), None)["kind"] == "environment"
+    assert classify(_diff("diagnostics.py", "pass"), {"reward_rows_changed": 0})["kind"] == "other"
+
+
+def test_the_loops_promoted_changes_are_sorted_into_repairs_knob_moves_and_others(tmp_path):
+    import pandas as pd
+
+    from evotrainer.atomic import write_json
+    from evotrainer.layout import RunLayout
+    from evotrainer.stages.flaws_repairs import loop_repairs
+
+    loop = RunLayout(tmp_path / "loop")
+    rows = [(0, "c1", "pay_only_verified", _diff("reward.py", 'extra_info["verification"]["correct"]'), None),
+            (1, "c2", "lower_lr", _diff("recipe.yaml", "lr: 1.0e-4"), (0, "c1")),
+            (2, "control", "", "", (1, "c2"))]
+    loop.root.mkdir(parents=True)
+    pd.DataFrame([{"generation": g, "candidate_id": cid, "intervention": name, "diff": diff, "verdict": "promoted",
+                   "targeted_findings": ["reward_false_positive_rate"], "hypothesis": "h",
+                   "parent_generation": parent[0] if parent else None,
+                   "parent_candidate_id": parent[1] if parent else None}
+                  for g, cid, name, diff, parent in rows]).to_parquet(loop.lineage)
+    write_json(loop.gen(0).replay("c1"), {"rows": 256, "reward_rows_changed": 12})
+    out = loop_repairs(loop, Flaw(name="f", folder=tmp_path, diff=DIFF), tmp_path)
+    assert [(r["candidate_id"], r["kind"], r["verifier_fallback"]) for r in out["repairs"]] == [("c1", "reward", True)]
+    assert [m["intervention"] for m in out["knob_moves"]] == ["lower_lr"] and out["other_changes"] == []

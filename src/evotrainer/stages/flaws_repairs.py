@@ -1,7 +1,15 @@
 """What repaired a flaw, and whether the repair counts (docs/flaws.md "What counts as a repair").
 
-A repair is a candidate on the loop's promoted path (lineage.promoted_path) that changed the harness: its
-generation, id, intervention, the findings it targeted and the files its diff touched. The agent never reads
+A repair is a candidate on the loop's promoted path (lineage.promoted_path) that changed the reward, the
+curriculum or the environment, and whose effect on the evidence was measured: its replay rescored rows of the
+generation's cached rollouts otherwise than the parent harness did, or set other curriculum weights on the same
+pool (an environment change is not replayed: its effect is the episodes'). Each is listed with its generation, id,
+intervention, the findings it targeted, the files its diff touched, its ``kind`` (reward, curriculum,
+environment) and its measured ``effect``; one whose added code reads the task's verdict (the trainer's
+``extra_info["verification"]``) is labelled ``verifier_fallback``, so a reader sees which repairs needed the
+verdict and which rewrote the harness's own logic. A promoted change of recipe knobs alone is a ``knob_moves``
+entry, not a repair; a promoted change with no measured effect (or of diagnostics alone) is an ``other_changes``
+entry. The agent never reads
 the shipped harness, the flaw's diff or its description; a final harness that restores a file the flaw changed
 to its shipped text (equal up to formatting: Python compared by its syntax tree, YAML by its data, other
 files by their non-blank lines) or that imports or names a shipped harness file does not count as a repair:
@@ -29,7 +37,7 @@ def loop_repairs(loop: RunLayout, flaw: Flaw, reference: Path) -> dict[str, Any]
 
     from evotrainer.contracts.lineage import promoted_path
 
-    repairs = []
+    changes: dict[str, list[dict]] = {"repairs": [], "knob_moves": [], "other_changes": []}
     if loop.lineage.exists():
         table = pd.read_parquet(loop.lineage)
         for row in promoted_path(table).to_dict("records")[:MAX_REPAIRS]:
@@ -37,16 +45,68 @@ def loop_repairs(loop: RunLayout, flaw: Flaw, reference: Path) -> dict[str, Any]
             if str(row.get("candidate_id")) == "control" or not diff.strip():
                 continue
             findings = row.get("targeted_findings")
-            repairs.append({"generation": int(row["generation"]), "candidate_id": str(row["candidate_id"]),
-                            "intervention": str(row.get("intervention") or ""),
-                            "targeted_findings": [str(f) for f in findings] if findings is not None else [],
-                            "files": sorted(touched_files(diff)), "hypothesis": str(row.get("hypothesis") or "")[:500]})
+            change = {"generation": int(row["generation"]), "candidate_id": str(row["candidate_id"]),
+                      "intervention": str(row.get("intervention") or ""),
+                      "targeted_findings": [str(f) for f in findings] if findings is not None else [],
+                      "files": sorted(touched_files(diff)), "hypothesis": str(row.get("hypothesis") or "")[:500]}
+            change |= classify(diff, _read_replay(loop, change["generation"], change["candidate_id"]))
+            changes[{"knob": "knob_moves", "other": "other_changes"}.get(change["kind"], "repairs")].append(change)
     final = _final_harness(loop)
     start = loop.gen(0).harness
     restored, reaches = (shipped_contact(final, flaw, reference, start=start if start.is_dir() else None)
                          if final else ([], []))
-    return {"repairs": repairs, "restored_shipped": restored, "reaches_shipped": reaches,
-            "repair_counts": not restored and not reaches}
+    return changes | {"restored_shipped": restored, "reaches_shipped": reaches,
+                      "repair_counts": not restored and not reaches}
+
+
+# the trainer's verdict as every reward receives it (extra_info["verification"]): added code that reads it defers
+# to the task's verifier
+READS_VERDICT = re.compile(r"""["']verification["']|\bverification\b""")
+REWARD_FILES = ("reward.py",)
+CURRICULUM_FILES = ("curriculum.py",)
+KNOB_FILES = ("recipe.yaml",)
+DIAGNOSTIC_FILES = ("diagnostics.py",)
+
+
+def classify(diff: str, replay: dict | None) -> dict[str, Any]:
+    """A promoted change's ``kind`` (reward, curriculum, environment: a repair; knob; other), its measured ``effect``
+    (from its replay) and ``verifier_fallback`` (its added reward code reads the task's verdict)."""
+    files = set(touched_files(diff))
+    added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    replay = replay or {}
+    rows, weights = replay.get("reward_rows_changed"), replay.get("curriculum_weights_changed")
+    effect = []
+    if files & set(REWARD_FILES) and rows is not None:
+        effect.append(f"{rows} of {replay.get('rows', '?')} cached rows rescored otherwise than the parent")
+    if files & set(CURRICULUM_FILES) and weights is not None:
+        effect.append(f"{weights} pool weights set otherwise than the parent's")
+    measured = bool((files & set(REWARD_FILES) and rows) or (files & set(CURRICULUM_FILES) and weights))
+    harness_files = files - set(KNOB_FILES) - set(DIAGNOSTIC_FILES)
+    if files & set(REWARD_FILES) and measured and (rows or 0) > 0:
+        kind = "reward"
+    elif files & set(CURRICULUM_FILES) and measured:
+        kind = "curriculum"
+    elif harness_files - set(REWARD_FILES) - set(CURRICULUM_FILES):
+        kind, effect = "environment", effect or ["not replayed: an environment change acts on the episodes"]
+    elif files <= set(KNOB_FILES):
+        kind = "knob"
+    else:
+        kind = "other"
+        if harness_files and not replay:
+            effect.append("no replay on record")
+        elif harness_files:
+            effect.append("no measured effect on the cached evidence")
+    return {"kind": kind, "effect": "; ".join(effect),
+            "verifier_fallback": kind == "reward" and bool(READS_VERDICT.search(added))}
+
+
+def _read_replay(loop: RunLayout, generation: int, cid: str) -> dict | None:
+    import json
+
+    try:
+        return json.loads(loop.gen(generation).replay(cid).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def recount_reaches(loop: RunLayout, entry: dict[str, Any]) -> dict[str, Any]:
