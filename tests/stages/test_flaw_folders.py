@@ -75,3 +75,27 @@ def test_job_seconds_count_every_job_of_every_arm_s_runs(tmp_path):
         (bench / "gen0" / "backtest_c1.tsv").write_text(f"s\th:m:s\n{100 + i}\t0:01:40\n")
         (bench / "gen0" / "broken.tsv").write_text("not a benchmark")
     assert _job_seconds(str(tmp_path), "suite", "f", 2, "tpe") == pytest.approx(4 * 101.5 + 0 + 1 + 2 + 3)
+
+
+@pytest.mark.parametrize("added", ["  # the answer, then a full stop",
+                                   '\n+def _period():\n+    """Only answers followed by a period."""\n+    return True'],
+                         ids=["comment", "docstring"])
+def test_a_diff_that_adds_text_an_agent_could_read_is_refused(tmp_path, added):
+    # the loop's agent reads the harness with its file tools: a flaw's explanation belongs in flaw.yaml
+    cfg = compose([f"results_dir={tmp_path}", "run=suite"])
+    copy = tmp_path / "mine" / "arith_reward_period"
+    shutil.copytree(FLAW, copy)
+    diff = (copy / "flaw.diff").read_text()
+    line = next(line for line in diff.splitlines() if line.startswith("+_ANSWER"))
+    diff = diff.replace(line, line + added)
+    diff = diff.replace("@@ -5,7 +5,7 @@", f"@@ -5,7 +5,{7 + added.count(chr(10))} @@")
+    (copy / "flaw.diff").write_text(diff)
+    with pytest.raises(FlawError) as err:
+        _child_overrides(cfg, load_flaw(copy), tmp_path / "flaws" / copy.name, [])
+    assert err.value.label == "flaw_diff_hint" and "reward.py" in str(err.value), str(err.value)
+
+
+def test_the_suites_flaws_add_no_text_an_agent_could_read(tmp_path):
+    cfg = compose([f"results_dir={tmp_path}", "run=suite"])
+    for flaw in sorted((FLAW.parent).iterdir()):
+        _child_overrides(cfg, load_flaw(flaw), tmp_path / "flaws" / flaw.name, [])  # raises flaw_diff_hint

@@ -8,7 +8,9 @@
                   knob_fixable: false       (true marks a control a recipe tuner should be able to fix)
                   description: one line     (the report's only; no agent stage reads it)
       flaw.diff   a unified diff (a/ b/ paths inside the harness, as a candidate's) against that task's shipped
-                  harness; applied strictly, it makes the flawed harness the loop starts from
+                  harness; applied strictly, it makes the flawed harness the loop starts from. It adds no comment
+                  or docstring text (``added_hints``): an LLM agent reads the harness through its file tools, and
+                  what the flaw is belongs in flaw.yaml, which no agent stage reads
 
 The folder's name names the flaw's runs (``<suite run>-<name>-seed<s>``), so it is a run name's characters.
 A malformed flaw fails alone with a label (:class:`FlawError`); the suite goes on with the others.
@@ -36,6 +38,8 @@ RUNNER_KEYS = ("run", "results_dir", "seed", "harness.initial", "harness.referen
 LABELS = {
     "flaw_invalid": "flaw.yaml is missing, unreadable or breaks the format",
     "flaw_diff_invalid": "flaw.diff is missing or does not apply to the task's shipped harness",
+    "flaw_diff_hint": "flaw.diff adds comment or docstring text an agent could read (the explanation belongs in "
+                      "flaw.yaml's description)",
     "flaw_config_invalid": "the flaw's config does not compose or validate",
     "flaw_run_failed": "the flaw's runs ended without every arm's test score",
     "flaw_timeout": "the flaw's runs ran past flaws.timeout_s and were stopped",
@@ -174,3 +178,56 @@ def _scalar(text: str) -> Any:
     except yaml.YAMLError:
         return text
 
+
+def added_hints(reference: Path, flawed: Path) -> list[str]:
+    """Comment and docstring text the flawed harness has that the shipped one (``reference``) does not, per file:
+    Python comments and docstrings, YAML comments (``file: text`` each). A flaw may remove or keep such text; it
+    may not add any, since the loop's agent reads the harness and a comment would tell it the flaw."""
+    found = []
+    for path in sorted(Path(flawed).rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        name = str(path.relative_to(flawed))
+        before = Path(reference) / name
+        old = _notes(before) if before.is_file() else []
+        remaining = list(old)
+        for note in _notes(path):
+            if note in remaining:
+                remaining.remove(note)
+            else:
+                found.append(f"{name}: {note[:120]}")
+    return found
+
+
+def _notes(path: Path) -> list[str]:
+    """The comment and docstring texts of a Python or YAML file, stripped (empty for other files)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".py":
+        return _python_notes(text)
+    if path.suffix in (".yaml", ".yml"):
+        return [match.group(1).strip() for match in re.finditer(r"(?:^|\s)#(.*)$", text, flags=re.M)
+                if match.group(1).strip()]
+    return []
+
+
+def _python_notes(text: str) -> list[str]:
+    import ast
+    import io
+    import tokenize
+
+    notes = []
+    try:
+        notes += [token.string.lstrip("#").strip() for token in tokenize.generate_tokens(io.StringIO(text).readline)
+                  if token.type == tokenize.COMMENT and token.string.lstrip("#").strip()]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return [line.strip() for line in text.splitlines() if "#" in line]  # unreadable: every line with a '#'
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return notes
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            doc = ast.get_docstring(node, clean=True)
+            if doc:
+                notes.append(doc.strip())
+    return notes

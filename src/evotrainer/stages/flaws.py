@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from evotrainer.atomic import read_json, write_json, write_text
-from evotrainer.contracts.flaw import Flaw, FlawError, load_flaw
+from evotrainer.contracts.flaw import Flaw, FlawError, added_hints, load_flaw
 from evotrainer.layout import RunLayout, arm_run, seed_run
 
 ARMS = ("loop", "tuner", "flawed", "reference", "flawed_matched", "warm_start")
@@ -106,6 +106,10 @@ def _child_overrides(cfg, flaw: Flaw, folder: Path, suite_overrides: list[str]) 
             shutil.rmtree(harness, ignore_errors=True)
             raise FlawError(f"flaw.diff against the {flawed_cfg.task.name} task's shipped harness: {err}",
                             "flaw_diff_invalid") from None
+        hints = added_hints(build / "reference", build / "harness")
+        if hints:
+            raise FlawError(f"flaw.diff adds text the loop's agent would read ({'; '.join(hints[:3])}); say what the "
+                            "flaw is in flaw.yaml's description, not in the harness", "flaw_diff_hint")
         for built, target in ((build / "reference", reference), (build / "harness", harness)):
             _keep_or_replace(built, target)
     finally:
