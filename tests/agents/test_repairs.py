@@ -319,3 +319,22 @@ def test_a_reward_training_overpays_calls_the_false_positive_repairs_before_the_
     # a collapse in which the reward fell too (a far-off learning rate) is a knob's: no reward repair
     knob = first(evidence + training_findings({"generation 0 slot control": LR_COLLAPSE}))
     assert not {"all_or_nothing_reward", "pay_only_verified"} & {p.intervention for p in knob}
+
+
+@pytest.mark.fast
+def test_a_reward_wrong_both_ways_gets_one_candidate_that_defers_to_the_verifier_both_ways(tmp_path):
+    harness = complete(SHIPPED / "default")
+    one_way = repairs_for(harness, flagged("reward_false_negative_rate"))
+    assert "defer_to_verifier" not in one_way and "verdict_recheck" in one_way
+    context = ProposalContext(generation=0, harness_dir=harness, harness_id=harness_id(harness),
+                              findings=flagged("reward_false_negative_rate", "reward_false_positive_rate"),
+                              lineage=lineage.empty())
+    first = HeuristicAgent().propose(context, k=3)
+    assert first[0].intervention == "defer_to_verifier"
+    assert sorted(first[0].targeted_findings) == ["reward_false_negative_rate", "reward_false_positive_rate"]
+    both = applied(harness, first[0].diff, tmp_path / "both")
+    score = load_module(both, "reward").compute_score
+    passed, failed = {"verification": {"correct": True}}, {"verification": {"correct": False}}
+    assert _score(score("t", "not a number", "42", passed)) == 1.0  # the verifier passed it: paid
+    assert _score(score("t", "42", "42", failed)) == 0.0  # the verifier failed it: not paid
+    assert "defer_to_verifier" not in repairs_for(both)  # applied once: both markers are there

@@ -50,10 +50,17 @@ def test_two_flaws_run_every_arm_at_equal_charge_and_a_broken_flaw_fails_alone(t
     for name in ("arith_reward_period", "arith_lr_far_off"):
         row = rows[name]
         assert row["status"] == "ok", row.get("detail")
-        assert set(row["test_accuracy"]) == {"loop", "tuner", "flawed", "reference"}
-        # every arm is charged the search's total: 2 generations x 2 slots x 512 responses
-        assert row["charged"] == {arm: 2048 for arm in ("loop", "tuner", "flawed", "reference")}, row["charged"]
+        assert set(row["test_accuracy"]) == {"loop", "tuner", "flawed", "reference", "flawed_matched", "warm_start"}
+        assert row["floors_missing"] == [] and row["best_floor"]["arm"] in ("flawed", "flawed_matched", "warm_start")
+        # every searched arm is charged the search's total: 2 generations x 2 slots x 512 responses; the floors
+        # what they are: the flawed harness at the returned policy's charge (less), the warm start nothing
+        charged = row["charged"]
+        assert {arm: charged[arm] for arm in ("loop", "tuner", "flawed", "reference")} == dict.fromkeys(
+            ("loop", "tuner", "flawed", "reference"), 2048), charged
+        assert 0 < charged["flawed_matched"] < 2048 and charged["warm_start"] == 0, charged
         assert row["job_seconds"] > 0 and set(row["recovery"]) == {"loop", "tuner"}
+        assert set(row["verdict"].values()) <= {"recovers", "does_not", "undecided"}
+    assert table["verdict"]["control_status"] in ("passed", "invalid", "none admitted")
     assert rows["arith_lr_far_off"]["knob_fixable"] and not rows["arith_reward_period"]["knob_fixable"]
 
     # the loop starts from the flawed harness; the shipped one (reference/) reaches no agent stage

@@ -19,7 +19,7 @@ import yaml
 from evotrainer.agents.base import ProposalContext
 from evotrainer.agents.diagnostic_ideas import propose_diagnostics
 from evotrainer.agents.guidance import Guidance
-from evotrainer.agents.repairs import REPAIRS, lend_disagreement, lenders_of
+from evotrainer.agents.repairs import NEEDS_EVERY_TRIGGER, REPAIRS, lend_disagreement, lenders_of
 from evotrainer.contracts.candidate import Proposal
 from evotrainer.contracts.harness import RECIPE_SCHEMA, load_recipe
 from evotrainer.contracts.intervention import Intervention, set_recipe_values, unified_diff
@@ -211,7 +211,8 @@ class HeuristicAgent:
         known = CATALOGUE + tuple(context.extra.get("interventions", ()))
         for index, intervention in enumerate(known + REPAIRS):
             repair = index >= len(known)
-            if repair and not any(severity.get(t, 0.0) > 0 for t in intervention.triggers):
+            flagged = [severity.get(t, 0.0) > 0 for t in intervention.triggers]
+            if repair and not (all(flagged) if intervention.name in NEEDS_EVERY_TRIGGER else any(flagged)):
                 continue
             new_files = intervention.edit(recipe, files)
             if not new_files:

@@ -24,6 +24,12 @@ diagnosis measured is the one the repair applies. Each repair is applied at most
   never_solved_across_generations): every prompt of the pool sampled equally (not proposed where the curriculum
   is uniform already).
 
+Where both directions are flagged, ``defer_to_verifier`` (``verdict_recheck`` and ``pay_only_verified`` in one
+candidate) comes first: a repair of one direction alone can beat its control and be promoted (the reward gates
+judge it against the control, which has the other direction's disagreement alike), and the other can then stack
+on it in the next generation, but one candidate fixes both at once. It was added for a flaw written elsewhere whose
+reward erred both ways, not for a suite flaw.
+
 In each direction the repair that uses the verifier's verdict comes first, since the verdict is what correct means:
 ``verdict_recheck`` before the lenient recheck, which only fits tasks whose answer is one value (the agentic flaw's
 generation 0 spent its one slot on a lenient recheck that ``reward_correctness`` vetoed); ``pay_only_verified``
@@ -292,7 +298,33 @@ def lenders_of(severity: dict[str, float]) -> list[str]:
     return [name for name in LENDERS if severity.get(name, 0.0) > 0]
 
 
+def _both(*edits: Callable[[dict, dict], dict | None]) -> Callable[[dict, dict], dict | None]:
+    """One edit that applies ``edits`` in turn (each to the files the last left); None unless every one applies."""
+    def edit(recipe: dict, files: dict) -> dict | None:
+        current, changed = dict(files), {}
+        for one in edits:
+            out = one(recipe, current)
+            if not out:
+                return None
+            current |= out
+            changed |= out
+        return changed
+
+    return edit
+
+
+# repairs proposed only where every one of their triggers is flagged (the others: where any one is)
+NEEDS_EVERY_TRIGGER = frozenset({"defer_to_verifier"})
+
 REPAIRS: tuple[Intervention, ...] = (
+    Intervention(
+        "defer_to_verifier", DIRECTIONS,
+        _both(_append("reward.py", "verdict_recheck", "compute_score", VERDICT),
+              _append("reward.py", "pay_only_verified", "compute_score", VERIFIED_ONLY)),
+        "If the reward defers to the task's verifier in both directions (a response it passed earns full credit, one "
+        "it failed earns at most 0), the reward stops rejecting correct answers and stops paying wrong ones, both "
+        "reward_false_negative_rate and reward_false_positive_rate fall to 0 and val accuracy rises above control.",
+    ),
     Intervention(
         "verdict_recheck", ("reward_false_negative_rate",),
         _append("reward.py", "verdict_recheck", "compute_score", VERDICT),
