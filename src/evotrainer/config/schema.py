@@ -452,7 +452,7 @@ class FlawsConf:
     tuner: str = one_of("tpe", "tpe", "cmaes", "random", "search_control", "pbt")
     seeds: int = between(2, 1, 100)
     only: list[str] = field(default_factory=list)  # the flaws to run by folder name; empty: all of them
-    min_gap: float = between(0.10, 0.0, 1.0)  # admitted where reference - flawed test accuracy >= this
+    min_gap: float = between(0.10, 0.0, 1.0)  # admitted where reference - the best floor (test accuracy) >= this
     timeout_s: float = between(0.0, 0.0, 10**7)  # a flaw's runs past this many seconds fail as flaw_timeout; 0: none
     snakemake_args: list[str] = field(default_factory=list)  # extra arguments of each flaw's snakemake (--profile slurm)
 
