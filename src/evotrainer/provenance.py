@@ -133,7 +133,7 @@ def check_run_config(root: str | Path, cfg: DictConfig) -> None:
     listed = ", ".join(f"{key}: {_show(old)} -> {_show(new)}" for key, (old, new) in changes.items())
     raise ConfigChanged(
         f"config: run '{cfg.run}' ({root}) already has outputs made with another config; changed: {listed}. "
-        f"They would no longer match {root / CONFIG_NAME}: start a new run (--config run={_free_name(root)}), "
+        f"They would no longer match {root / CONFIG_NAME}: start a new run (run={_free_name(root)}; with snakemake, --config run=...), "
         f"restore the values, or delete {root} to redo the run")
 
 

@@ -101,8 +101,13 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
                   f"{gap['test_accuracy']:.3f} (gap {gap['gap']:+.3f})"
                   + (f"; the same backtest under fresh training seeds: val {gap['fresh_val_accuracy']:.3f} "
                      f"(winner's curse {gap['winners_curse']:+.3f})" if gap.get("fresh_val_accuracy") is not None else "")]
-    lines += ["", f"Candidates tried: {summary['candidates_tried']} ({summary['verdicts']}). "
-              f"Lineage: `{Path(lineage_path)}`.", "", "| arm | optimizer steps | sampled responses | generated tokens | "
+    rows = sum(summary["verdicts"].values())
+    lines += ["", f"Candidates tried: {summary['candidates_tried']}; lineage rows: {rows} (verdicts {summary['verdicts']}"
+              + (f"; {rows - summary['candidates_tried']} of them the winners' continuations" if rows > summary["candidates_tried"]
+                 else "") + f"). Lineage: `{Path(lineage_path)}`.",
+              "", "Charged (above) counts every slot's whole budget, a slot that failed or stopped early included; the "
+              "table counts what each arm sampled and trained.",
+              "", "| arm | optimizer steps | sampled responses | generated tokens | "
               "trained tokens | train s |", "|---|---|---|---|---|---|"]
     lines += [f"| {arm} | {c['optimizer_steps']} | {c['sampled_responses']} | {c['generated_tokens']} | {c['trained_tokens']} | "
               f"{c['train_wall_s']:.0f} |" for arm, c in summary["compute"].items() if arm != "evaluation"]
