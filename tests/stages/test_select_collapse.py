@@ -126,6 +126,45 @@ def test_a_healthy_control_or_the_switch_off_keeps_the_controls_policy(tmp_path)
     assert _promote(collapsed, successor, tmp_path / "b" / "gen1") == "trained control"
 
 
+def test_a_promoted_candidate_that_collapsed_hands_on_its_harness_with_the_starting_policy(tmp_path):
+    # measured (arith_lr_far_off under rungs, seed 0): every slot collapsed at ten times the learning rate, the one
+    # that fell least (val 0.010 against the control's 0.000) was promoted, and its collapsed policy became the
+    # parent of every later slot, so that each was rejected at replay (no reward variance left)
+    run = _generation(tmp_path, [0.30, 0.05] + [0.01] * 18)
+    train_log(run.gen(0).backtest("c1").dir, [0.30, 0.08] + [0.02] * 18)
+    rows = _rows(0).assign(verdict=["rejected", "promoted"])
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), rows, 0, "c1", run)
+    assert successor["policy"] == "start" and successor["candidate_id"] == "c1" and "promoted c1" in successor["how"]
+    selection = run.gen(0).selection
+    selection.parent.mkdir(parents=True, exist_ok=True)
+    selection.write_text(json.dumps({"generation": 0, "promoted": "c1", "next_parent": successor}))
+    out = tmp_path / "gen1"
+    select.promote(str(selection), str(run.gen(0).backtests), str(out / "policy"), str(out / "harness"),
+                   str(out / "train_log.parquet"))
+    assert (out / "policy" / "weights").read_text() == "start" and "# c1" in (out / "harness" / "recipe.yaml").read_text()
+
+
+def test_a_continuation_that_collapsed_hands_on_the_policy_it_started_from(tmp_path):
+    run = _generation(tmp_path, [0.30] * 20)
+    rows = _rows(0).assign(verdict=["rejected", "promoted"])
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), rows, 0, "c1", run)
+    assert "policy" not in successor and successor["revert_collapsed"]
+    continuation = run.gen(0).backtest("continue")
+    train_log(continuation.dir, [0.30, 0.05] + [0.01] * 18)
+    continuation.policy.mkdir()
+    (continuation.policy / "weights").write_text("trained continue")
+    continuation.harness.mkdir()
+    (continuation.harness / "recipe.yaml").write_text("lr: 2.0e-3  # c1\n")
+    (continuation.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": 0.01}))
+    selection = run.gen(0).selection
+    selection.parent.mkdir(parents=True, exist_ok=True)
+    selection.write_text(json.dumps({"generation": 0, "promoted": "c1", "next_parent": successor}))
+    out = tmp_path / "gen1"
+    select.promote(str(selection), str(run.gen(0).backtests), str(out / "policy"), str(out / "harness"),
+                   str(out / "train_log.parquet"))
+    assert (out / "policy" / "weights").read_text() == "trained c1"  # the winner's first rung, not the collapse
+
+
 def test_a_promoted_candidate_is_carried_on_whatever_the_control_did(tmp_path):
     run = _generation(tmp_path, [0.30, 0.05] + [0.01] * 18)
     rows = _rows(0).assign(verdict=["rejected", "promoted"])

@@ -150,7 +150,8 @@ _ONE_PASS = ("with one pass the ratio is exactly 1 (the pass's old log-probs are
              "optimizer step per pass), so the clamp never acts: backends/local/grpo.py _optimise")
 
 KNOB_SPACE: dict[str, Knob] = {k.name: k for k in (
-    Knob("lr", "float", log=True, scale=_around("lr", 10.0), range_text="[lr0 / 10, lr0 * 10]"),
+    # thirty each way: a starting rate off by ten either way lies inside the range, not on its edge (docs/tuners.md)
+    Knob("lr", "float", log=True, scale=_around("lr", 30.0), range_text="[lr0 / 30, lr0 * 30]"),
     Knob("prompts_per_step", "int", log=True, scale=_around("prompts_per_step", 4.0),
          range_text="[prompts_per_step0 / 4, prompts_per_step0 * 4]"),
     Knob("group_size", "int", log=True, scale=_around("group_size", 4.0),

@@ -182,26 +182,36 @@ def next_parent(cfg, earlier: pd.DataFrame, rows: pd.DataFrame, generation: int,
                                         fittest=generation == cfg.search.generations - 2) or chosen
     path = population.ancestry(table, (int(chosen["generation"]), str(chosen["candidate_id"])))
     chosen = chosen | {"path": [{"generation": g, "candidate_id": c} for g, c in path]}
-    if promoted == CONTROL and chosen["generation"] == generation and chosen["candidate_id"] == CONTROL \
+    if chosen["generation"] == generation and chosen["candidate_id"] == promoted \
             and cfg.search.revert_collapsed_control and run_layout is not None:
-        chosen = chosen | revert_if_collapsed(run_layout, generation)
+        # promote (and the continuation) read it: a collapsed policy is never handed on
+        chosen = chosen | {"revert_collapsed": True} | revert_if_collapsed(run_layout, generation, promoted)
     return chosen
 
 
-def revert_if_collapsed(run_layout: RunLayout, generation: int) -> dict:
-    """A kept control whose training destroyed its parent's skill (search.gates.training_collapse) is not carried
-    on: the next generation starts from the control's harness (this generation's, unchanged) with this
-    generation's starting policy, ``policy: start``, which promote copies. Nothing else changes: the lineage's
-    parent is still the control, and its compute stays charged. {} where the control did not collapse."""
+def revert_if_collapsed(run_layout: RunLayout, generation: int, cid: str = CONTROL) -> dict:
+    """A kept control or a promoted candidate whose training destroyed its parent's skill
+    (search.gates.training_collapse) is not carried on as a policy: the next generation starts from its harness
+    with this generation's starting policy, ``policy: start``, which promote (or, under rungs, the winner's
+    continuation) copies. A candidate can win while it collapsed: where every slot collapses (a far-off learning
+    rate), the one that fell least beats the control. Nothing else changes: the lineage's parent is still ``cid``,
+    and its compute stays charged. {} where it did not collapse."""
     from evotrainer.search.gates import training_collapse
 
-    collapse = training_collapse(run_layout.gen(generation).backtest(CONTROL).dir)
+    collapse = training_collapse(run_layout.gen(generation).backtest(cid).dir)
     if collapse is None:
         return {}
-    print(f"select: the kept control collapsed ({collapse['evidence']}); generation {generation + 1} starts "
-          f"from generation {generation}'s starting policy again")
+    what = "the kept control" if cid == CONTROL else f"the promoted {cid}"
+    print(f"select: {what} collapsed ({collapse['evidence']}); generation {generation + 1} starts "
+          f"from generation {generation}'s starting policy again, with its harness")
     return {"policy": "start", "collapse": collapse,
-            "how": "the control was kept but its training collapsed: its harness with this generation's starting policy"}
+            "how": f"{what} collapsed in training: its harness with this generation's starting policy"}
+
+
+def _collapse_of(run_dir: Path) -> dict | None:
+    from evotrainer.search.gates import training_collapse
+
+    return training_collapse(run_dir)
 
 
 def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, record: str | Path,
@@ -308,13 +318,20 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
     elif successor:
         chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
     continued = continuation_of(Path(backtest_dir))
+    start = RunLayout.of(Path(selection).resolve()).gen(int(chosen_selection["generation"])).policy
+    policy = chosen.policy
     if continued is not None:  # search.schedule=rungs: the winner trained on (from the collapsed control's start)
         chosen = continued
         print(f"promote: generation {chosen_selection['generation'] + 1} starts from the continuation of "
               f"{chosen_selection['promoted']} ({chosen.dir})")
-    policy = chosen.policy
-    if continued is None and successor.get("policy") == "start":  # a kept control that collapsed (revert_if_collapsed)
-        policy = RunLayout.of(Path(selection).resolve()).gen(int(chosen_selection["generation"])).policy
+        collapse = _collapse_of(chosen.dir) if successor.get("revert_collapsed") else None
+        if collapse is None:
+            policy = chosen.policy
+        else:  # the continuation destroyed the skill it started with: the policy it started from goes on
+            policy = start if successor.get("policy") == "start" else policy
+            print(f"promote: the continuation collapsed ({collapse['evidence']}); the policy it started from goes on")
+    elif successor.get("policy") == "start":  # a kept control or a winner that collapsed (revert_if_collapsed)
+        policy = start
         print(f"promote: {successor.get('how')}: {(successor.get('collapse') or {}).get('evidence')}")
     copy_tree(policy, out_policy)
     registered = chosen_selection.get("registered_diagnostics", [])
