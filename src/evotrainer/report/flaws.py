@@ -237,12 +237,15 @@ def write_markdown(table: dict) -> str:
 
 
 def _charged_cell(charged: dict) -> str:
-    """One number where every arm was charged the same; else each arm's, marked: such a row is not at equal
-    compute (e.g. a steps budget, where a tuner's trial that samples larger batches is charged more)."""
-    known = {arm: value for arm, value in charged.items() if value is not None}
-    if len({round(v) for v in known.values()}) <= 1:
-        return _int(charged.get("loop"))
-    return "**unequal**: " + ", ".join(f"{arm} {_int(value)}" for arm, value in known.items())
+    """One number where every arm at the search's charge (the searched arms, flawed, reference) was charged the
+    same; else each one's, marked: such a row is not at equal compute (e.g. a steps budget, where a tuner's trial
+    that samples larger batches is charged more). The matched floor's own charge (what trained the loop's
+    returned policy) follows; the warm start is charged nothing."""
+    known = {arm: value for arm, value in charged.items() if value is not None and arm in REQUIRED}
+    cell = (_int(charged.get("loop")) if len({round(v) for v in known.values()}) <= 1 else
+            "**unequal**: " + ", ".join(f"{arm} {_int(value)}" for arm, value in known.items()))
+    matched = charged.get("flawed_matched")
+    return cell + (f" (matched floor {_int(matched)})" if matched is not None else "")
 
 
 def write_plot(table: dict, out_png: str) -> None:
