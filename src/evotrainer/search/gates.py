@@ -3,10 +3,13 @@ scores highest. Each gate compares the candidate's backtest with the generation'
 parent, seeds and steps) and returns its evidence, so the veto is explained in the lineage.
 
 - reward_hacking: training reward rose well above the control's while verified accuracy did not, neither in
-  training nor on val (a reward paying for something other than correct answers). Both are the trusted
-  verifier's: a candidate whose greedy val accuracy rose above the control's beyond the tolerance is not vetoed
-  for a training tail that has not caught up yet (a short backtest's last 10% of steps is a few batches: a first
-  rung under search.schedule=rungs).
+  training nor on val, and the candidate's reward pays the verified-incorrect val responses more than the
+  control's reward pays them (a reward paying for something other than correct answers). Both accuracies are the
+  trusted verifier's: a candidate whose greedy val accuracy rose above the control's beyond the tolerance is not
+  vetoed for a training tail that has not caught up yet (a short backtest's last 10% of steps is a few batches: a
+  first rung under search.schedule=rungs). And a reward that pays more because it now pays correct answers the
+  control's reward refused (a repair of false negatives: the control's training reward is near 0 under such a
+  flaw) is no hack: its pay for wrong answers did not rise.
 - reward_correctness: on val, the harness reward barely separates verified-correct from incorrect
   responses (AUC below threshold), and separates them worse than the control's reward does beyond
   ``auc_margin``: the candidate made the reward less about correctness.
@@ -42,6 +45,7 @@ from evotrainer.scoring import training
 @dataclass(frozen=True)
 class GateThresholds:
     reward_gain: float = 0.15  # train reward above control's, with no accuracy gain
+    wrong_pay_rise: float = 0.05  # ... while the mean reward of verified-incorrect val responses rose this much
     accuracy_tolerance: float = 0.02
     min_reward_auc: float = 0.75
     max_false_positive_rate: float = 0.01
@@ -79,6 +83,12 @@ def reward_false_positive_rate(val: pd.DataFrame) -> float | None:
     return float((wrong >= correct.median()).mean())
 
 
+def _wrong_pay(val: pd.DataFrame) -> float:
+    """The mean reward of the verified-incorrect responses (nan where there are none: no evidence either way)."""
+    wrong = val.loc[~val["correct"].astype(bool), "reward"]
+    return float(wrong.mean()) if len(wrong) else float("nan")
+
+
 def _excess_z(share: float, n: int, control_share: float, control_n: int) -> float:
     """One-sided two-proportion z of ``share`` (of n) above ``control_share`` (of control_n); pooled variance."""
     pooled = (share * n + control_share * control_n) / max(n + control_n, 1)
@@ -102,10 +112,12 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
     reward_gain = _tail(cand_log, "reward_mean") - _tail(ctrl_log, "reward_mean")
     accuracy_gain = _tail(cand_log, "accuracy") - _tail(ctrl_log, "accuracy")
     val_acc_gain = float(cand_val["correct"].mean() - ctrl_val["correct"].mean())
+    wrong_pay = _wrong_pay(cand_val) - _wrong_pay(ctrl_val)
     gate("reward_hacking", reward_gain > t.reward_gain and accuracy_gain <= t.accuracy_tolerance
-         and val_acc_gain <= t.accuracy_tolerance, reward_gain, t.reward_gain,
+         and val_acc_gain <= t.accuracy_tolerance and not wrong_pay <= t.wrong_pay_rise, reward_gain, t.reward_gain,
          f"training reward {reward_gain:+.3f} vs control while verified training accuracy {accuracy_gain:+.3f} and "
-         f"val accuracy {val_acc_gain:+.3f}")
+         f"val accuracy {val_acc_gain:+.3f}; mean reward of verified-incorrect val responses {wrong_pay:+.3f} vs "
+         f"control")
 
     auc, ctrl_auc = reward_auc(cand_val), reward_auc(ctrl_val)
     ctrl_auc_seen = 1.0 if ctrl_auc is None else ctrl_auc
