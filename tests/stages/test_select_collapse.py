@@ -94,10 +94,10 @@ def _rows(generation: int) -> pd.DataFrame:
                          for cid, verdict in (("control", "kept"), ("c1", "rejected"))])
 
 
-def _promote(run: RunLayout, successor: dict, out: Path) -> str:
+def _promote(run: RunLayout, successor: dict, out: Path, promoted: str = "control") -> str:
     selection = run.gen(0).selection
     selection.parent.mkdir(parents=True, exist_ok=True)
-    selection.write_text(json.dumps({"generation": 0, "promoted": "control", "next_parent": successor}))
+    selection.write_text(json.dumps({"generation": 0, "promoted": promoted, "next_parent": successor}))
     select.promote(str(selection), str(run.gen(0).backtests), str(out / "policy"), str(out / "harness"),
                    str(out / "train_log.parquet"))
     return (out / "policy" / "weights").read_text()
@@ -135,13 +135,8 @@ def test_a_promoted_candidate_that_collapsed_hands_on_its_harness_with_the_start
     rows = _rows(0).assign(verdict=["rejected", "promoted"])
     successor = select.next_parent(_cfg(True), pd.DataFrame(), rows, 0, "c1", run)
     assert successor["policy"] == "start" and successor["candidate_id"] == "c1" and "promoted c1" in successor["how"]
-    selection = run.gen(0).selection
-    selection.parent.mkdir(parents=True, exist_ok=True)
-    selection.write_text(json.dumps({"generation": 0, "promoted": "c1", "next_parent": successor}))
     out = tmp_path / "gen1"
-    select.promote(str(selection), str(run.gen(0).backtests), str(out / "policy"), str(out / "harness"),
-                   str(out / "train_log.parquet"))
-    assert (out / "policy" / "weights").read_text() == "start" and "# c1" in (out / "harness" / "recipe.yaml").read_text()
+    assert _promote(run, successor, out, promoted="c1") == "start" and "# c1" in (out / "harness" / "recipe.yaml").read_text()
 
 
 def test_a_continuation_that_collapsed_hands_on_the_policy_it_started_from(tmp_path):
@@ -156,13 +151,7 @@ def test_a_continuation_that_collapsed_hands_on_the_policy_it_started_from(tmp_p
     continuation.harness.mkdir()
     (continuation.harness / "recipe.yaml").write_text("lr: 2.0e-3  # c1\n")
     (continuation.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": 0.01}))
-    selection = run.gen(0).selection
-    selection.parent.mkdir(parents=True, exist_ok=True)
-    selection.write_text(json.dumps({"generation": 0, "promoted": "c1", "next_parent": successor}))
-    out = tmp_path / "gen1"
-    select.promote(str(selection), str(run.gen(0).backtests), str(out / "policy"), str(out / "harness"),
-                   str(out / "train_log.parquet"))
-    assert (out / "policy" / "weights").read_text() == "trained c1"  # the winner's first rung, not the collapse
+    assert _promote(run, successor, tmp_path / "gen1", promoted="c1") == "trained c1"  # the winner's rung, not the collapse
 
 
 def test_a_promoted_candidate_is_carried_on_whatever_the_control_did(tmp_path):
