@@ -11,6 +11,9 @@ after each. A chunk is one generation's share of the search's budget by default 
 (1 + ``agent.max_candidates``) steps), so ``--chunks`` = ``search.generations`` ends at the preset's whole search
 budget: the point the headline's ``fixed_search`` arm and the flaws suite's reference stand on.
 
+``--plot OUT.png CURVE.json ...`` draws curves already measured (test accuracy against charged responses, one line
+per file, the 95% interval of each point's gain as a band around it) and runs nothing.
+
 Each point carries the responses charged so far, the test accuracy, its paired gain over the warm start with a 95%
 interval over test prompts (the same prompts, so the interval is of the per-prompt difference), and the job-seconds
 spent so far (wall seconds of every stage, the warm start's included). Resumable: a stage whose output exists is
@@ -56,7 +59,38 @@ def paired_gain(point: Path, warm: Path) -> dict:
     return {"gain": round(mean, 4), "gain_ci95": [round(mean - half, 4), round(mean + half, 4)], "test_prompts": n}
 
 
+def plot(out: Path, curves: list[Path]) -> None:
+    """Test accuracy against charged responses, one line per curve.json, the gain's interval as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for path in curves:
+        report = json.loads(path.read_text())
+        xs = [p["charged_responses"] for p in report["points"]]
+        ys = [p["test_accuracy"] for p in report["points"]]
+        warm = report["warm_start_test"]
+        low = [warm + p["gain_ci95"][0] for p in report["points"]]
+        high = [warm + p["gain_ci95"][1] for p in report["points"]]
+        line, = ax.plot(xs, ys, marker="o", label=f"{report['experiment']} seed {report['seed']}")
+        ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("sampled responses charged (fixed recipe, from the warm start)")
+    ax.set_ylabel("test accuracy (greedy)")
+    ax.set_title("The fixed recipe's learning curves (band: 95% interval of the gain over the warm start)")
+    ax.title.set_fontsize(9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def main() -> None:
+    if "--plot" in sys.argv:
+        at = sys.argv.index("--plot")
+        plot(Path(sys.argv[at + 1]), [Path(p) for p in sys.argv[at + 2:]])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiment", required=True, help="an experiment preset (conf/experiment/)")
     parser.add_argument("--seed", type=int, default=0)
