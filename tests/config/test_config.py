@@ -126,3 +126,21 @@ def test_the_task_group_holds_the_common_fields_and_the_chosen_tasks_own(tmp_pat
     ]:
         with pytest.raises(ConfigError, match=message):
             compose(overrides)
+
+
+@pytest.mark.fast
+def test_every_shipped_preset_composes_and_an_evidence_preset_says_what_it_measured():
+    """Every conf/experiment preset composes and validates; a *_learns preset (one where the fixed recipe lifts the
+    warm start) carries its measured warm start, fixed arm and job-seconds for two seeds, with the command."""
+    from pathlib import Path
+
+    presets = sorted(Path(__file__).resolve().parents[2].joinpath("conf", "experiment").glob("*.yaml"))
+    assert {"code_learns", "math_learns", "quick"} <= {p.stem for p in presets}
+    for preset in presets:
+        cfg = compose([f"experiment={preset.stem}"])
+        assert cfg.run == preset.stem
+        if preset.stem.endswith("_learns"):
+            header = preset.read_text()
+            assert f"benchmarks/learning_curve.py --experiment {preset.stem} --seed S" in header
+            for seed in (0, 1):
+                assert f"seed {seed}: warm start" in header and "job-s" in header
