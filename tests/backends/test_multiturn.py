@@ -273,3 +273,35 @@ def test_verl_agent_loop_runs_an_episode_with_a_tool_token_mask(policy, task_row
     assert _masked_text(tokenizer, out.response_ids, out.response_mask, 1) == "".join(a + IM_END for a in actions)
     assert "FAIL" in _masked_text(tokenizer, out.response_ids, out.response_mask, 0)
     assert len(out.response_logprobs) == len(out.response_mask)
+
+
+def test_multi_turn_sft_stops_at_the_first_check_that_reaches_its_target(policy, task_rows):
+    """The multi-turn warm start checks the greedy val solve rate every ``eval_every`` steps and stops at the
+    first check that reaches ``target_val_accuracy``, as single-turn SFT does; a target above 1 runs every step
+    and checks nothing."""
+    from evotrainer.backends.local import episodes
+    from evotrainer.contracts.harness import load_recipe
+
+    model, tokenizer = policy
+    task, rows = task_rows
+    conversations = episodes.demonstrations(task, rows, workers=1)
+    recipe = {**load_recipe(task.default_harness()), "max_response_len": 12}
+    checks = []
+
+    def solve_rate() -> float:
+        checks.append(model.training)
+        return episodes.solve_rate(model, tokenizer, rows.iloc[:1], task=task, recipe=recipe,
+                                   env_knobs={"max_turns": 2}, env_workers=1)
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        log = episodes.warm_start(model, tokenizer, conversations, steps=6, batch_size=2, lr=1e-4, seed=0,
+                                  target_val_accuracy=0.0, eval_every=2, evaluate=solve_rate)
+        assert list(log["step"]) == [1, 2] and checks == [False]  # stopped at the first check, made in eval mode
+        assert log["val_accuracy"].isna().tolist() == [True, False] and not model.training
+        checks.clear()
+        log = episodes.warm_start(model, tokenizer, conversations, steps=3, batch_size=2, lr=1e-4, seed=0,
+                                  target_val_accuracy=1.1, eval_every=1, evaluate=solve_rate)
+        assert list(log["step"]) == [1, 2, 3] and checks == [] and log["val_accuracy"].isna().all()
+    finally:
+        model.load_state_dict(state)  # the module's other tests use the untrained policy

@@ -4,7 +4,9 @@ fine-tuning on what the task can demonstrate, and scored on val by the evaluator
 - single-turn tasks: SFT on the task's reference responses (``sft_frame``), stopped early at
   ``policy.sft.target_val_accuracy`` (checked every ``eval_every`` steps on ``eval_prompts`` val prompts);
 - multi-turn tasks: SFT on the task's expert conversations (``reference_conversations``, one per train
-  instance) for ``max_steps`` steps; the val score is the greedy solve rate.
+  instance) for up to ``max_steps`` steps, stopped early at ``target_val_accuracy`` (the greedy solve rate
+  of ``eval_prompts`` val instances, checked every ``eval_every`` steps; a target above 1 never stops it and
+  nothing is checked); the val score is the greedy solve rate.
 
 The init stage calls ``start`` for every task; which warm start applies is the task's declared
 ``supports``, decided here and nowhere else.
@@ -70,11 +72,14 @@ def _episodes(cfg, task: Task, setting: rollouts.Setting, train: pd.DataFrame, v
     # the tokenizer (qwen2_tiny) learns from the prompts and, where there are demonstrations, every turn of them
     texts = pd.DataFrame({"prompt": conversations or list(train["prompt"]), "response": ""})
     model, tokenizer = make_policy(cfg.policy, texts, device, cfg.seed, getattr(task, "alphabet", None))
+    scorer = rollouts.evaluator(setting, model=model, tokenizer=tokenizer)
+    sft_val = val.iloc[: sft.eval_prompts]
     log = (episodes.warm_start(model, tokenizer, conversations, steps=sft.max_steps, batch_size=sft.batch_size,
-                               lr=sft.lr, seed=cfg.seed)
+                               lr=sft.lr, seed=cfg.seed, target_val_accuracy=sft.target_val_accuracy,
+                               eval_every=sft.eval_every, evaluate=lambda: scorer.accuracy(sft_val))
            if conversations else pd.DataFrame(EMPTY_LOG))
-    val_accuracy = rollouts.evaluator(setting, model=model, tokenizer=tokenizer).accuracy(val)
-    if len(log):
+    val_accuracy = scorer.accuracy(val)
+    if len(log) and pd.isna(log["val_accuracy"].iloc[-1]):  # an early stop's last row keeps its own check
         log.loc[log.index[-1], "val_accuracy"] = val_accuracy
     return Started(model, tokenizer, log, {"val_accuracy": val_accuracy, "val_solve_rate": val_accuracy,
                                            "sft_demonstrations": len(conversations)})

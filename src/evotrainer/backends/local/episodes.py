@@ -15,6 +15,7 @@ features are in ``task_fields``. The per-turn table has one row per model turn (
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -142,10 +143,26 @@ def demonstrations(task, rows: pd.DataFrame, workers: int = 2) -> list[list[dict
 
 
 def warm_start(model, tokenizer, conversations: list[list[dict]], *, steps: int, batch_size: int, lr: float,
-               seed: int) -> pd.DataFrame:
-    """Multi-turn SFT on the expert's conversations; the log has the single-turn SFT log's columns."""
-    start, wall = time.time(), []
-    losses = sft_conversations(model, tokenizer, conversations, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                               on_step=lambda step, loss: wall.append(time.time() - start))
-    return pd.DataFrame({"step": np.arange(1, len(losses) + 1), "loss": losses, "val_accuracy": np.nan,
-                         "wall_time_s": wall})
+               seed: int, target_val_accuracy: float = 1.1, eval_every: int = 0,
+               evaluate: Callable[[], float] | None = None) -> pd.DataFrame:
+    """Multi-turn SFT on the expert's conversations; the log has the single-turn SFT log's columns.
+
+    With ``evaluate`` (the greedy val solve rate), ``eval_every`` > 0 and a ``target_val_accuracy`` it can reach
+    (at most 1), the solve rate is measured every ``eval_every`` steps and the SFT stops at the first step that
+    reaches the target, as single-turn SFT stops; a target above 1 never stops it, so nothing is evaluated."""
+    start, rows = time.time(), []
+    checks = evaluate is not None and eval_every > 0 and target_val_accuracy <= 1.0
+
+    def on_step(step: int, loss: float) -> bool:
+        row = {"step": step + 1, "loss": loss, "val_accuracy": np.nan, "wall_time_s": 0.0}
+        if checks and (step + 1) % eval_every == 0:
+            model.eval()
+            row["val_accuracy"] = float(evaluate())
+        row["wall_time_s"] = time.time() - start
+        rows.append(row)
+        return row["val_accuracy"] >= target_val_accuracy
+
+    sft_conversations(model, tokenizer, conversations, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                      on_step=on_step)
+    model.eval()
+    return pd.DataFrame(rows, columns=["step", "loss", "val_accuracy", "wall_time_s"])

@@ -376,9 +376,11 @@ def _episode_stats(episodes: Sequence[Episode]) -> dict:
 
 
 def sft_conversations(model, tokenizer, conversations: Sequence[list[dict]], *, steps: int, batch_size: int = 8,
-                      lr: float = 1e-3, seed: int = 0, on_step: Callable[[int, float], None] | None = None) -> list[float]:
+                      lr: float = 1e-3, seed: int = 0, on_step: Callable[[int, float], bool | None] | None = None
+                      ) -> list[float]:
     """Supervised warm start on whole conversations (expert demonstrations): cross-entropy on the
-    assistant tokens only, tokenized exactly as rollouts tokenize them (``conversation_tokens``)."""
+    assistant tokens only, tokenized exactly as rollouts tokenize them (``conversation_tokens``).
+    ``on_step(step, loss)`` returning true stops the training after that step (an early stop)."""
     device = next(model.parameters()).device
     data = [conversation_tokens(tokenizer, c) for c in conversations]
     pad = pad_token_id(tokenizer)
@@ -400,6 +402,7 @@ def sft_conversations(model, tokenizer, conversations: Sequence[list[dict]], *, 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(float(loss.detach()))
-        if on_step:
-            on_step(step, losses[-1])
+        if on_step and on_step(step, losses[-1]):
+            break
+        model.train()  # on_step may have evaluated the model
     return losses
