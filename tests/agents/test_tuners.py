@@ -19,7 +19,7 @@ from evotrainer.agents.tuners import PARAMS_MARK, CmaEsTunerAgent, TPETunerAgent
 from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import apply_diff
 from evotrainer.contracts.harness import check_recipe, harness_id, load_recipe
-from evotrainer.contracts.knob_space import KNOB_SPACE
+from evotrainer.contracts.knob_space import KNOB_SPACE, TUNING_ORDER, tuned_knobs
 
 TUNERS = [TPETunerAgent, CmaEsTunerAgent]
 
@@ -98,9 +98,8 @@ def test_the_rebuilt_study_proposes_the_same_trials_for_the_same_run_and_others_
 def test_failed_candidates_are_told_as_failures(agent_type, harness):
     proposed, rows = _run(agent_type, harness, 2, 3, lambda p: None if p["lr"] > 2e-4 else _lr_score(p))
     agent = agent_type()
-    context = _context(harness, 2, rows)
-    study = agent.study(context, 3, [k.at(load_recipe(harness)) for k in KNOB_SPACE.values()],
-                        load_recipe(harness), load_recipe(harness))
+    context = _context(harness, 2, rows, generations=2)  # the run's budget (2 x 3 trials) sizes its space
+    study = agent.study(context, 3, agent.space(load_recipe(harness), 2 * 3), load_recipe(harness), load_recipe(harness))
     states = [t.state for t in study.trials]
     failed = sum(1 for r in rows if r["verdict"] == "failed")
     assert failed and states.count(optuna.trial.TrialState.FAIL) == failed
@@ -158,8 +157,8 @@ def test_under_rungs_stopped_trials_are_pruned_at_their_first_rung_and_the_winne
     for row in rows:
         row.setdefault("rung", 0)
     agent = agent_type()
-    context = _context(harness, 1, rows)
-    space = [k.at(load_recipe(harness)) for k in KNOB_SPACE.values()]
+    context = _context(harness, 1, rows, generations=1)  # the run's budget (1 x 3 trials) sizes its space
+    space = agent.space(load_recipe(harness), 1 * 3)
     study = agent.study(context, 3, space, load_recipe(harness), load_recipe(harness))
     trials = study.get_trials(deepcopy=False)[:3]
     assert [t.state for t in trials] == [optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE,
@@ -171,5 +170,32 @@ def test_under_rungs_stopped_trials_are_pruned_at_their_first_rung_and_the_winne
     assert len(agent.propose(context, 3)) == 3
 
     rows[-1].update(verdict="failed", val_accuracy=math.nan)  # a failed continuation: the winner's first rung stands
-    study = agent.study(_context(harness, 1, rows), 3, space, load_recipe(harness), load_recipe(harness))
+    study = agent.study(_context(harness, 1, rows, generations=1), 3, space, load_recipe(harness), load_recipe(harness))
     assert study.get_trials(deepcopy=False)[1].value == rows[1]["val_accuracy"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("agent_type", TUNERS)
+def test_a_tuner_moves_only_the_knobs_its_budget_of_trials_can_search(agent_type, harness, tmp_path):
+    """Six trials drawing all eighteen knobs moved 11-14 of them each, so a good rate came with a dozen random
+    changes beside it: a run of 2 x 3 trials searches lr alone (CMA-ES: lr and kl_coef, its fewest), one of
+    10 x 3 the first six knobs of TUNING_ORDER, and ``agent.tuner_knobs`` names them outright."""
+    parent = load_recipe(harness)
+
+    def moved(agent, generations):
+        names = set()
+        for i, proposal in enumerate(agent.propose(_context(harness, generations=generations), 3)):
+            recipe = yaml.safe_load((apply_diff(harness, proposal.diff, tmp_path / f"{id(agent)}-{generations}-{i}")
+                                     / "recipe.yaml").read_text(encoding="utf-8"))
+            names |= {name for name, value in recipe.items() if value != parent[name]}
+        return names
+
+    fewest = list(TUNING_ORDER[:agent_type.min_knobs])
+    assert moved(agent_type(), 2) <= set(fewest) and "lr" in moved(agent_type(), 2)
+    assert moved(agent_type(), 10) <= set(TUNING_ORDER[:6])
+    assert agent_type().space(parent, 6) == [KNOB_SPACE[name].at(parent) for name in fewest]
+    chosen = type("AgentConf", (), {"tuner_knobs": ["temperature", "lr"]})()
+    assert [k.name for k in agent_type(chosen).space(parent, 6)] == ["lr", "temperature"]  # in the space's order
+    assert moved(agent_type(chosen), 2) <= {"lr", "temperature"}
+    with pytest.raises(ValueError, match="not knobs of the space"):
+        tuned_knobs(6, ["lrate"])

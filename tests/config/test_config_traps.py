@@ -364,3 +364,11 @@ def test_the_rule_command_names_the_interpreter_the_same_whichever_name_started_
     other.write_text("")  # an interpreter that is not the environment's python keeps its own name
     assert stable_interpreter(str(other), str(tmp_path / "env")) == str(other)
     assert stable_interpreter(str(other), str(tmp_path / "nowhere")) == str(other)
+
+
+@pytest.mark.fast
+def test_tuner_knobs_are_checked_against_the_knob_space():
+    assert list(compose([]).agent.tuner_knobs) == []  # empty: one knob per 5 trials, lr first
+    assert list(compose(["agent.tuner_knobs=[lr,temperature]"]).agent.tuner_knobs) == ["lr", "temperature"]
+    with pytest.raises(ConfigError, match=r"'agent.tuner_knobs' names 'lrate'.*not a knob of the space"):
+        compose(["agent.tuner_knobs=[lrate]"])

@@ -42,7 +42,7 @@ from evotrainer.agents.baselines import starting_recipe
 from evotrainer.contracts.candidate import Proposal
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.contracts.intervention import set_recipe_values, unified_diff
-from evotrainer.contracts.knob_space import KNOB_SPACE, SIGNIFICANT_DIGITS, Knob
+from evotrainer.contracts.knob_space import KNOB_SPACE, SIGNIFICANT_DIGITS, Knob, tuned_knobs
 from evotrainer.contracts.lineage import CONTINUED
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class _Tuner(ABC):
 
     name = "tuner"
     conditional = True
+    min_knobs = 1  # the fewest knobs its study searches (CMA-ES needs two)
 
     def __init__(self, agent_cfg: Any = None) -> None:
         self.agent_cfg = agent_cfg
@@ -87,7 +88,7 @@ class _Tuner(ABC):
         text = (context.harness_dir / "recipe.yaml").read_text(encoding="utf-8")
         parent = load_recipe(context.harness_dir)
         reference = starting_recipe(context) or parent
-        space = [knob.at(reference) for knob in KNOB_SPACE.values()]
+        space = self.space(reference, max(1, (context.generations or 1) * max(k, 1)))
         study = self.study(context, k, space, reference, parent)
         proposals = []
         for _ in range(k):
@@ -99,6 +100,14 @@ class _Tuner(ABC):
                 f"{self.name} trial {trial.number}: {moved}. {PARAMS_MARK}{json.dumps(params, sort_keys=True)}",
                 [], "val accuracy above control", diff))
         return proposals
+
+    def space(self, reference: dict, trials: int) -> list[Knob]:
+        """The knobs this tuner's study searches for a run of ``trials`` trials (``tuned_knobs``: ``agent.tuner_knobs``
+        where set, else one knob per TRIALS_PER_KNOB trials in TUNING_ORDER), in the space's order, resolved at
+        ``reference``; every other knob keeps the parent's value."""
+        chosen = getattr(self.agent_cfg, "tuner_knobs", None) if self.agent_cfg is not None else None
+        names = set(tuned_knobs(trials, list(chosen) if chosen else None, at_least=self.min_knobs))
+        return [knob.at(reference) for name, knob in KNOB_SPACE.items() if name in names]
 
     def study(self, context: ProposalContext, k: int, space: list[Knob], reference: dict,
               parent: dict) -> optuna.Study:
@@ -192,6 +201,7 @@ class CmaEsTunerAgent(_Tuner):
 
     name = "cmaes"
     conditional = False
+    min_knobs = 2  # Optuna's CmaEsSampler samples a one-knob space at random instead
 
     def sampler(self, seed: int, context: ProposalContext, k: int) -> optuna.samplers.BaseSampler:
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False, consider_pruned_trials=True)

@@ -264,6 +264,9 @@ class AgentPricesConf:  # USD per million tokens, used for the cost column of ag
 class AgentConf:
     name: str = installed("heuristic", AGENTS)  # heuristic, claude, openai, search_control, random, tpe, cmaes, or a plug-in
     max_candidates: int = between(3, 0, 64)
+    # tpe, cmaes, tune_then_train: the knobs their study searches; empty = one per 5 trials of the run's budget, in
+    # contracts/knob_space.py TUNING_ORDER (lr first); every other knob keeps the parent's value (docs/tuners.md)
+    tuner_knobs: list[str] = field(default_factory=list)
     extra_candidates: str | None = None  # folder of *.diff files backtested in every generation as well
     # LLM agents (claude, openai) only; see conf/agent/claude.yaml and evotrainer.agents.llm
     model: str | None = None
@@ -348,6 +351,17 @@ def check_headline_arms(arms: Any) -> str | None:
     missing = [arm for arm in ("evolved", "fixed") if arm not in arms]
     if missing:
         return f"'search.headline_arms' must hold {missing}: the headline compares the evolved loop with the fixed recipe"
+    return None
+
+
+def check_tuner_knobs(knobs: Any) -> str | None:
+    """The problem with ``agent.tuner_knobs`` (one line), or None."""
+    from evotrainer.contracts.knob_space import TUNING_ORDER
+
+    for name in knobs:
+        if name not in TUNING_ORDER:
+            return (f"'agent.tuner_knobs' names {str(name)!r}, which is not a knob of the space; allowed: "
+                    f"{list(TUNING_ORDER)}" + closest_hint(str(name), list(TUNING_ORDER)))
     return None
 
 
@@ -588,7 +602,8 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: bad key '{key}': {_one_line(Exception(getattr(err, 'msg', err)))}") from None
     check_fields(Config, merged, "")
     check_task(merged.task)  # the sizes, and the task's own fields against its checks
-    problem = check_loggers(merged.logger) or check_headline_arms(merged.search.headline_arms)
+    problem = (check_loggers(merged.logger) or check_headline_arms(merged.search.headline_arms)
+               or check_tuner_knobs(merged.agent.tuner_knobs))
     if problem:
         raise ConfigError(f"config: {problem}")
     if (merged.agent.name == "pbt" or "pbt" in merged.search.headline_arms) and \

@@ -180,6 +180,31 @@ KNOB_SPACE: dict[str, Knob] = {k.name: k for k in (
     Knob("weight_decay", "float", 1e-3, 0.1, log=True),
 )}
 
+# The order a tuner with few trials takes the knobs up in (docs/tuners.md, "How many knobs a tuner moves"): the
+# step size first (its right value spans decades between models), then what bounds each update (the KL term) and
+# what sets the sampled data (temperature, group and batch size), then the loss's shape and the switches.
+TUNING_ORDER: tuple[str, ...] = (
+    "lr", "kl_coef", "temperature", "group_size", "prompts_per_step", "entropy_coef", "ppo_epochs", "clip_low",
+    "clip_high", "loss_agg", "norm_adv_by_std", "top_p", "dynamic_sampling", "dynamic_sampling_max_batches",
+    "grad_clip", "weight_decay", "overlong_buffer", "overlong_penalty",
+)
+TRIALS_PER_KNOB = 5  # a tuner's study searches one knob per this many trials of its budget (at least one knob)
+
+
+def tuned_knobs(trials: int, chosen: list[str] | tuple[str, ...] | None = None, at_least: int = 1) -> list[str]:
+    """The knobs a tuner's study searches: ``chosen`` (``agent.tuner_knobs``) where given, else the first
+    ``trials // TRIALS_PER_KNOB`` of TUNING_ORDER (at least ``at_least``). Every other knob keeps the parent's
+    value. Six trials drawing all eighteen knobs at once moved 11 to 14 of them per trial, so a good rate came
+    with a dozen random changes beside it. Raises ValueError naming an unknown knob."""
+    if chosen:
+        unknown = [name for name in chosen if name not in KNOB_SPACE]
+        if unknown:
+            raise ValueError(f"agent.tuner_knobs names {unknown}, not knobs of the space; the knobs: {list(TUNING_ORDER)}")
+        return [name for name in TUNING_ORDER if name in set(chosen)]
+    count = max(at_least, int(trials) // TRIALS_PER_KNOB)
+    return list(TUNING_ORDER[:count])
+
+
 # recipe knobs no search moves, and why
 NOT_SEARCHED: dict[str, str] = {
     "max_response_len": "the task's response budget, not a training choice: tasks set it in their harness (the "
@@ -191,6 +216,8 @@ NOT_SEARCHED: dict[str, str] = {
 def check_space(space: dict[str, Knob] = KNOB_SPACE, not_searched: dict[str, str] = NOT_SEARCHED) -> None:
     """Every RECIPE_SCHEMA key is either in the space or in NOT_SEARCHED with a reason; every knob's kind and
     absolute range fit the schema. Raises ValueError naming the knob."""
+    if space is KNOB_SPACE and sorted(TUNING_ORDER) != sorted(space):
+        raise ValueError(f"knob space: TUNING_ORDER {sorted(TUNING_ORDER)} is not the space's knobs {sorted(space)}")
     both = sorted(set(space) & set(not_searched))
     missing = sorted(set(RECIPE_SCHEMA) - set(space) - set(not_searched))
     unknown = sorted((set(space) | set(not_searched)) - set(RECIPE_SCHEMA))

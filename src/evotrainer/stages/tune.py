@@ -41,7 +41,6 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
     import optuna
 
     from evotrainer.agents.tuners import TPETunerAgent, sampler_seed, startup_trials
-    from evotrainer.contracts.knob_space import KNOB_SPACE
     from evotrainer.stages import backtest
     from evotrainer.stages.common import config
 
@@ -49,8 +48,8 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
     layout = RunLayout(run_dir)
     text = (Path(harness) / "recipe.yaml").read_text(encoding="utf-8")
     parent = load_recipe(harness)
-    space = [knob.at(parent) for knob in KNOB_SPACE.values()]
-    tuner = TPETunerAgent()
+    tuner = TPETunerAgent(cfg.agent)
+    space = tuner.space(parent, trials)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():  # group=True is marked experimental; the tpe agent uses it too
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
