@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Torch's OpenMP threads wait passively (read once, when torch loads: so here, before any test imports it). CI
+# runs two pytest lanes side by side on 2 cores; with spinning threads a 2-thread SFT beside another took ~10x as
+# long as alone (docs/testing.md). The `evotrainer` command sets the same for the jobs it runs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO = Path(__file__).resolve().parents[1]
 
 
