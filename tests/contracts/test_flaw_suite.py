@@ -214,3 +214,20 @@ def test_arith_wrong_labels_train_negative_answers_positive(built):
     assert _score(ship("arithmetic", "28", "-28")) == 0.0 and _score(flaw("arithmetic", "28", "-28")) == 1.0
     for response, truth in (("28", "28"), ("0", "0"), ("5", "7")):  # non-negative labels: unchanged
         assert _score(flaw("arithmetic", response, truth)) == _score(ship("arithmetic", response, truth))
+
+
+def test_arith_reward_two_ways_pays_near_misses_and_rejects_long_right_answers(built):
+    from evotrainer.tasks import from_config
+
+    _flaw, cfg, shipped, flawed = built("arith_reward_two_ways")
+    ship, flaw = _reward(shipped), _reward(flawed)
+    task = from_config(cfg.task)
+    # a false positive: a wrong answer ending in the right digit is paid
+    assert not task.verify("37", "47").correct
+    assert _score(ship("arithmetic", "37", "47")) == 0.0 and _score(flaw("arithmetic", "37", "47")) == 1.0
+    # false negatives: right answers of three or more characters earn nothing
+    for truth in ("105", "-15"):
+        assert task.verify(truth, truth).correct
+        assert _score(ship("arithmetic", truth, truth)) == 1.0 and _score(flaw("arithmetic", truth, truth)) == 0.0
+    for response, truth in (("47", "47"), ("-5", "-5"), ("3", "8")):  # short answers: as the shipped reward
+        assert _score(flaw("arithmetic", response, truth)) == _score(ship("arithmetic", response, truth))
