@@ -51,8 +51,13 @@ def test_training_less_on_the_flaw_is_no_recovery_and_a_flaw_doing_nothing_close
     # against the flawed harness alone this loop would have recovered 57% of the gap
     assert abs(less["recovery"]["loop"]) < 0.3 and less["verdict"]["loop"] == "does_not"
     assert not warm["admitted"] and warm["best_floor"]["arm"] == "warm_start"
+    # a flaw without the gap gets no verdict, though its interval would say "does not" or "undecided"
+    assert warm["verdict"] == {"loop": "not_admitted", "tuner": "not_admitted"}
     text = write_markdown(table)
     assert "| less | no | ok | 0.2" in text and "| 6,144 (matched floor 6,144) |" in text  # no "unequal" for a floor
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith(("| less |", "| warm |"))}
+    assert rows["warm"].count("| (no verdict) |") == 2 and "does_not" not in rows["warm"]
+    assert rows["less"].count("| does_not |") == 2
 
 
 def test_the_verdict_needs_the_intervals_lower_end_and_the_control_must_pass(tmp_path):

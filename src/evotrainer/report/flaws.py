@@ -40,6 +40,7 @@ FLOORS = ("flawed", "flawed_matched", "warm_start")
 SEARCHED = ("loop", "tuner")
 REFERENCE = ARMS.index("reference")
 GOAL = 0.70  # the goal: the loop recovers at least this share of the gap on most non-knob flaws
+NOT_ADMITTED = "not_admitted"  # the verdict of a flaw whose gap is under flaws.min_gap: none
 N_RESAMPLES = 2000
 
 
@@ -150,7 +151,9 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
             "gap": round(gap, 4), "admitted": gap >= min_gap, "no_gap_share": round(no_gap, 4),
             "recovery": {arm: _num(rec[ARMS.index(arm)]) for arm in SEARCHED},
             "recovery_ci": {arm: [_num(low[ARMS.index(arm)]), _num(high[ARMS.index(arm)])] for arm in SEARCHED}}
-    row["verdict"] = {arm: verdict_of(*row["recovery_ci"][arm]) for arm in SEARCHED}
+    # a flaw without the gap is reported, never judged: its interval is against a floor the reference barely beats
+    row["verdict"] = {arm: verdict_of(*row["recovery_ci"][arm]) if row["admitted"] else NOT_ADMITTED
+                      for arm in SEARCHED}
     return row
 
 
@@ -203,8 +206,8 @@ def write_markdown(table: dict) -> str:
         lines.append("| " + " | ".join([
             str(row["flaw"]), "yes" if row.get("knob_fixable") else "no", status, *floors,
             _pct(acc.get("reference")), _pct(row.get("gap")),
-            _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")), verdict.get("loop", "–"),
-            _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")), verdict.get("tuner", "–"),
+            _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")), _verdict_cell(verdict.get("loop")),
+            _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")), _verdict_cell(verdict.get("tuner")),
             _charged_cell(row.get("charged") or {}), _int(row.get("job_seconds"))]) + " |")
     verdict = table["verdict"]
     lines += ["", "\\* the best floor, the one recovery is measured from.", "",
@@ -234,6 +237,10 @@ def write_markdown(table: dict) -> str:
         if row.get("detail"):
             lines.append(f"- {row['flaw']}: {row['detail'][:400]}")
     return "\n".join(lines) + "\n"
+
+
+def _verdict_cell(verdict: str | None) -> str:
+    return "–" if verdict is None else "(no verdict)" if verdict == NOT_ADMITTED else verdict
 
 
 def _charged_cell(charged: dict) -> str:
