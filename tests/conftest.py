@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,50 @@ def pytest_configure(config):
     os.environ.setdefault("EVOTRAINER_SPLIT_SECRET_FILE", str(Path(__file__).with_name("split_secret")))
 
 
+# Module- and class-scoped fixtures that the suite does not count as expensive: a test using only these needs no
+# particular xdist worker.
+CHEAP_SCOPED = {"one_torch_thread"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n 2 --dist loadgroup`, as .ci/run runs the tiers) every test may go to either worker,
+    except that the tests of a module that share a module- or class-scoped fixture go to one worker together
+    (`xdist_group` named after the module): else each worker would build that fixture (a whole workflow run, a
+    SLURM cluster) again. The session fixtures that train or run the workflow are built once for all workers
+    (``_built_once``)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        scoped = {name for name, defs in (info.name2fixturedefs.items() if info else ())
+                  if defs and defs[-1].scope in ("module", "class", "package")} - CHEAP_SCOPED
+        if scoped:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    _skip_gpu_without_cuda(items)
+
+
+def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(folder)`` once per test run. Alone, pytest builds it in its session; under pytest-xdist each worker
+    is a session of its own, so the first worker to ask builds it in the run's shared temporary folder under a
+    lock and the others wait for it and read it (the pattern pytest-xdist's docs give for session fixtures).
+    A build that raised is tried again by the next worker that asks, which then fails with its own error."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # one per run, above every worker's own folder
+    done = shared / f"{name}.built"
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            folder = shared / name
+            if folder.exists():
+                import shutil
+
+                shutil.rmtree(folder)
+            folder.mkdir()
+            done.write_text(str(build(folder)))
+        return Path(done.read_text())
+
+
+def _skip_gpu_without_cuda(items) -> None:
     """`gpu` tests need a CUDA device: skipped with the reason where torch sees none (torch is imported only
     when a `gpu` test was collected)."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]
@@ -72,7 +117,11 @@ def splits(task):
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory, splits, task):
     """A tiny policy after 300 SFT steps (minutes on 2 cores: 299 s on a loaded machine, so tier 2 only):
-    answers in the right format, often wrong."""
+    answers in the right format, often wrong. Built once per run, whatever the number of xdist workers."""
+    return _built_once(tmp_path_factory, "policy", lambda folder: _train_tiny_policy(folder, splits, task))
+
+
+def _train_tiny_policy(folder: Path, splits, task) -> Path:
     import torch
 
     from evotrainer.backends.local.sft import warm_start
@@ -87,7 +136,7 @@ def tiny_policy(tmp_path_factory, splits, task):
     warm_start(model, tokenizer, splits["train"], val, max_steps=300, batch_size=64, lr=1e-3,
                target_val_accuracy=1.1, eval_every=1000, seed=0, max_len=8, show_progress=False,
                evaluate=lambda: greedy_accuracy(model, tokenizer, val, 8, task=task))
-    path = tmp_path_factory.mktemp("policy") / "policy"
+    path = folder / "policy"
     save_policy(model, tokenizer, path)
     return path
 
@@ -106,7 +155,13 @@ def harness(tmp_path):
 
 @pytest.fixture(scope="session")
 def backtests(tmp_path_factory, tiny_policy, splits):
-    """Real 20-step backtests of the control, a good change and the planted reward hacks (~40 s)."""
+    """Real 20-step backtests of the control, a good change and the planted reward hacks (~40 s), built once per
+    run (each candidate's folder is ``<root>/backtest/<id>``)."""
+    root = _built_once(tmp_path_factory, "gates", lambda folder: _run_backtests(folder, tiny_policy, splits))
+    return {path.name: path for path in sorted((root / "backtest").iterdir())}
+
+
+def _run_backtests(root: Path, tiny_policy: Path, splits) -> Path:
     from evotrainer.agents.heuristic import set_recipe_values, unified_diff
     from evotrainer.atomic import write_parquet
     from evotrainer.config import compose, to_yaml
@@ -114,7 +169,6 @@ def backtests(tmp_path_factory, tiny_policy, splits):
     from evotrainer.stages import backtest
     from tests.hacks import HACKS, hack_diff, write_candidate
 
-    root = tmp_path_factory.mktemp("gates")
     conf = root / "config.yaml"
     conf.write_text(to_yaml(compose(["experiment=quick"])))
     data = root / "data"
@@ -123,21 +177,24 @@ def backtests(tmp_path_factory, tiny_policy, splits):
     recipe = (DEFAULT_HARNESS / "recipe.yaml").read_text()
     diffs = {"control": "", "lower_lr": unified_diff("recipe.yaml", recipe, set_recipe_values(recipe, {"lr": 1e-4}))}
     diffs |= {name: hack_diff(name) for name in HACKS}
-    results = {}
     for cid, diff in diffs.items():
         folder = write_candidate(root / "candidates" / cid, cid, diff)
         backtest.run(str(conf), str(tiny_policy), str(DEFAULT_HARNESS), str(folder), str(data), None,
                      str(root / "backtest" / cid), generation=0, steps=20)
-        results[cid] = root / "backtest" / cid
-    return results
+    return root
 
 
 # The shared end-to-end run (tests/e2e.py): session fixtures here, so that every module using them
-# (test_workflow, test_skills) gets the same run, built once.
+# (test_workflow, test_schedule, test_retention_workflow, test_skills, the docs check) gets the same run, built
+# once.
 @pytest.fixture(scope="session")
 def planted(tmp_path_factory) -> Path:
-    """User candidates that must fail alone: prose instead of a diff, and an out-of-schema lr."""
-    folder = tmp_path_factory.mktemp("planted")
+    """User candidates that must fail alone: prose instead of a diff, and an out-of-schema lr. One folder for all
+    xdist workers: its path is in the shared run's config, and a rerun under another path would change it."""
+    return _built_once(tmp_path_factory, "planted", _write_planted)
+
+
+def _write_planted(folder: Path) -> Path:
     (folder / "a_prose.diff").write_text("Please lower the learning rate a bit.\n")
     from evotrainer.contracts.harness import DEFAULT_HARNESS
 
@@ -160,11 +217,16 @@ def planted(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory, planted) -> Path:
-    workdir = tmp_path_factory.mktemp("e2e")
-    from tests.e2e import run_snakemake
+    """The shared end-to-end run (tests/e2e.py), built once per run whatever the number of xdist workers. Tests
+    read it; a test that writes into a run works on a copy (``shutil.copytree(..., symlinks=True)`` keeps the
+    mtimes, so Snakemake plans the same)."""
+    def build(workdir: Path) -> Path:
+        from tests.e2e import run_snakemake
 
-    run_snakemake(workdir, planted, timeout=1800)  # ~3 min alone; generous for a loaded machine
-    return workdir / "results" / "default"
+        run_snakemake(workdir, planted, timeout=1800)  # ~3 min alone; generous for a loaded machine
+        return workdir / "results" / "default"
+
+    return _built_once(tmp_path_factory, "e2e", build)
 
 
 @pytest.fixture

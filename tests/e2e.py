@@ -10,19 +10,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # noise-aware selection in the end-to-end run: 2 training seeds per candidate, bootstrap interval; a compute
-# budget of 3072 sampled responses per backtest (the quick experiment's 12 steps x 32 prompts x 8 samples).
-# The shared run spends its slots flat (every slot its whole budget: the protocol its tests check);
-# tests/workflow/test_schedule.py runs the same config under the default, search.schedule=rungs.
+# budget of 3072 sampled responses per slot (the quick experiment's 12 steps x 32 prompts x 8 samples), spent under
+# the default schedule, search.schedule=rungs: every slot trains a first rung of a quarter of it, each generation's
+# winner continues on the rest (tests/workflow/test_schedule.py). The flat schedule (every slot its whole budget)
+# is checked on the headline smoke's PBT and population arms (tests/workflow/test_workflow.py).
 BUDGET = 12 * 32 * 8
-QUICK = ["experiment=quick", "run=default", "search__seeds=2", "search__selection=bootstrap", "search__headline_seeds=2",
-         "search__budget_unit=responses", f"search__budget={BUDGET}", "search__baseline_matched=true",
-         "search__schedule=flat"]
+FIRST_RUNG = BUDGET // 4  # search.first_rung 0.25 of a slot, per training seed
+SEEDS = 2
+QUICK = ["experiment=quick", "run=default", f"search__seeds={SEEDS}", "search__selection=bootstrap",
+         "search__headline_seeds=2", "search__budget_unit=responses", f"search__budget={BUDGET}",
+         "search__baseline_matched=true", "search__schedule=rungs"]
 
 
-def snakemake_cmd(workdir: Path, planted: Path, *extra: str, schedule: str = "flat") -> list[str]:
-    config = [c for c in QUICK if not c.startswith("search__schedule=")] + [f"search__schedule={schedule}"]
+def snakemake_cmd(workdir: Path, planted: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--cores", "2", *extra, "--config", *config, f"agent__extra_candidates={planted}"]
+            "--cores", "2", *extra, "--config", *QUICK, f"agent__extra_candidates={planted}"]
 
 
 def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -30,10 +32,8 @@ def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400,
-                  schedule: str = "flat") -> subprocess.CompletedProcess:
-    result = subprocess.run(snakemake_cmd(workdir, planted, *extra, schedule=schedule), capture_output=True, text=True,
-                            timeout=timeout)
+def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
+    result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

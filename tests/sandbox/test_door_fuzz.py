@@ -190,7 +190,10 @@ def door_verdict(read, label: str):
 
 # ------------------------------------------------------------------------------------------------ at the door
 
-TIERS = [pytest.param(300, marks=pytest.mark.fast, id="fast"), pytest.param(2000, id="tier2")]
+# derandomized: every run draws the same examples, so tier 2's extra examples widen the fixed set, they do not
+# explore anew; 1,000 at the door and 6 through the stages (2,000 and 12 before: ~110 s more of tier 2 for the same
+# fixed set, docs/testing.md)
+TIERS = [pytest.param(300, marks=pytest.mark.fast, id="fast"), pytest.param(1000, id="tier2")]
 
 
 @pytest.mark.parametrize("n", TIERS)
@@ -455,7 +458,7 @@ def diagnosis_of(world: Path, tmp: Path, harness: Path) -> dict:
     return {f["name"]: f for f in json.loads((tmp / "d.json").read_text())["findings"]}
 
 
-STAGE_TIERS = [pytest.param(1, marks=pytest.mark.fast, id="fast"), pytest.param(12, id="tier2")]
+STAGE_TIERS = [pytest.param(1, marks=pytest.mark.fast, id="fast"), pytest.param(6, id="tier2")]
 LABELS_REFUSED = {door.FINDINGS_LABEL, outputs.BAD_OUTPUT}
 
 

@@ -38,8 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "evotrainer"
 pytestmark = pytest.mark.e2e
 
+# the fixed recipe at equal steps is the one fixed arm whose numbers the tests check; the equal-charge arms (the
+# returned policy's responses, the whole search's: 63 and 5 job-s here) would train only for the report
 CONFIG = ["experiment=quick", "run=default", "search__generations=1", "search__steps_per_generation=6", "agent__max_candidates=0",
-          "sandbox__reward_timeout_s=10"]
+          "sandbox__reward_timeout_s=10", "search__baseline_matched=false", "search__baseline_search=false"]
 # files the attacks aim at, hashed before and after. Not the whole tree: people edit the working tree while
 # the suite runs; every attack that writes also writes the run's token, which no file of the package may hold.
 WATCHED = [PACKAGE / "tasks" / "arithmetic.py", PACKAGE / "contracts" / "harness.py",

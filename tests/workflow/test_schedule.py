@@ -1,12 +1,11 @@
-"""search.schedule=rungs end to end, through the real `snakemake` CLI: the shared run's config (tests/e2e.py: two
-generations, two training seeds, a 3,072-response budget per slot, the planted candidates) under rungs, set beside
-the shared run, which spends the same slots flat.
+"""search.schedule=rungs end to end, through the real `snakemake` CLI, on the shared run (tests/e2e.py: two
+generations, two training seeds, a 3,072-response budget per slot, the planted candidates, the default schedule).
 
 What must hold: every slot trains its first rung (a quarter of its budget) and stops; the winner continues for the
-rest of the generation's budget; a generation is charged exactly what it is charged under flat, so the whole
-search's total is the same under both schedules (and equal to the fixed recipe at the whole search's budget); the
-next generation starts from the continuation's policy; and a run killed with SIGKILL while a rung trains resumes,
-with the same command, to the same lineage."""
+rest of the generation's budget; the whole search is charged its slots times their budget (equal to the fixed
+recipe at the whole search's budget); the next generation starts from the continuation's policy; and a run
+interrupted twice (Ctrl-C once generation 0 has selected, then SIGKILL while a rung of generation 1 trains)
+resumes, with the same command, redoing no finished job and ending frame-equal to the uninterrupted run."""
 
 from __future__ import annotations
 
@@ -23,29 +22,21 @@ import pandas as pd
 import pytest
 
 from evotrainer.contracts import lineage
+from evotrainer.contracts.harness import load_recipe
 from evotrainer.runtime import policy_id
-from tests.e2e import BUDGET, run_snakemake, snakemake_cmd
+from tests.e2e import BUDGET, FIRST_RUNG, SEEDS, run_snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-
-SEEDS = 2  # tests/e2e.py: search__seeds=2
-FIRST_RUNG = BUDGET // 4  # search.first_rung 0.25 of a slot, per training seed
-
-
-@pytest.fixture(scope="module")
-def rungs_run(tmp_path_factory, planted):
-    workdir = tmp_path_factory.mktemp("rungs")
-    run_snakemake(workdir, planted, timeout=1800, schedule="rungs")
-    return workdir / "results" / "default"
 
 
 def _charged(row) -> int:
     return json.loads(row["charge"])["charged"]
 
 
-def test_every_slot_trains_its_first_rung_and_the_winner_the_rest(rungs_run):
+def test_every_slot_trains_its_first_rung_and_the_winner_the_rest(finished_run):
+    rungs_run = finished_run
     table = lineage.read(rungs_run / "lineage.parquet")
     for g in (0, 1):
         rows = table[table["generation"] == g]
@@ -73,50 +64,89 @@ def test_every_slot_trains_its_first_rung_and_the_winner_the_rest(rungs_run):
     assert list(path["candidate_id"])[-1] == "continue" and set(path["rung"]) == {0, 1}
 
 
-def test_a_generation_is_charged_the_same_under_both_schedules(rungs_run, finished_run):
-    rungs = json.loads((rungs_run / "summary.json").read_text())
-    flat = json.loads((finished_run / "summary.json").read_text())
-    by_gen = {s: {g["generation"]: g["charged"] for g in summary["ledger"]["search"]["generations"]}
-              for s, summary in (("rungs", rungs), ("flat", flat))}
-    assert by_gen["rungs"] == by_gen["flat"]
-    assert rungs["ledger"]["search"]["charged"] == flat["ledger"]["search"]["charged"]
+def test_the_search_is_charged_its_slots_and_the_summary_leads_with_the_whole_charge(finished_run):
+    """The per-generation charge is the same under both schedules (slots x budget): the headline smoke checks it
+    between its flat arms (PBT, population) and its rungs arms (tests/workflow/test_workflow.py)."""
+    rungs = json.loads((finished_run / "summary.json").read_text())
+    table = lineage.read(finished_run / "lineage.parquet")
+    first = table[table["rung"] == 0]
+    by_gen = {g["generation"]: g["charged"] for g in rungs["ledger"]["search"]["generations"]}
+    assert by_gen == {g: SEEDS * BUDGET * int((first["generation"] == g).sum()) for g in (0, 1)}
+    assert rungs["ledger"]["search"]["charged"] == sum(by_gen.values())
     # the comparison the summary leads with: the fixed recipe at the whole search's nominal budget, generations x
     # (1 + max_candidates) x seeds slots; the planted extra candidates add slots of their own to the search
     assert rungs["ledger"]["fixed"]["baseline_search"]["charged"] == 2 * (1 + 2) * SEEDS * BUDGET
     lead = rungs["comparison"][0]
     assert lead["arm"] == "baseline_search" and lead["evolved_charged"] == rungs["ledger"]["search"]["charged"]
-    # the returned policy trained on most of it under rungs, on one seed of one slot a generation under flat
-    assert rungs["returned_share"] >= 0.6 > flat["returned_share"]
-    summary_md = (rungs_run / "summary.md").read_text()
+    # the returned policy trained on most of it under rungs (on one seed of one slot a generation under flat)
+    assert rungs["returned_share"] >= 0.6
+    summary_md = (finished_run / "summary.md").read_text()
     assert "the returned policy trained on" in summary_md and "baseline_search" in summary_md
 
 
-def test_a_run_killed_mid_rung_resumes_to_the_same_lineage(tmp_path, planted, rungs_run):
-    log_file = (tmp_path / "killed.log").open("w")
-    proc = subprocess.Popen(snakemake_cmd(tmp_path, planted, schedule="rungs"), stdout=log_file,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    run = tmp_path / "results" / "default"
-    try:  # SIGKILL while generation 1's first rungs train (a training child has written its heartbeat)
-        deadline = time.time() + 900
-        while proc.poll() is None and time.time() < deadline and \
-                not list((run / "gen1" / "backtest").glob("*/progress.json")):
-            time.sleep(0.2)
-        assert proc.poll() is None, "the run ended before a rung of generation 1 trained"
-    finally:
+def _interrupt(proc: subprocess.Popen, signum: int) -> None:
+    """Ctrl-C (SIGINT to the process group), pressed again after 15 s if needed: Snakemake's log handler swallows a
+    KeyboardInterrupt that lands while it writes a record (snakemake/logging.py), and the run goes on. SIGKILL once."""
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        log_file.close()
+            os.killpg(proc.pid, signum)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=15)
+    proc.wait(timeout=30)
+
+
+def _run_until(cmd: list[str], log: Path, reached, signum: int, what: str) -> None:
+    """Start ``cmd`` (output to ``log``: an unread pipe fills up and blocks snakemake), wait until ``reached()``,
+    then interrupt it with ``signum``."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.time() + 900
+            while proc.poll() is None and time.time() < deadline and not reached():
+                time.sleep(0.2)
+            assert proc.poll() is None, f"the run ended before {what}:\n" + log.read_text()[-3000:]
+            assert reached(), f"the run never reached {what} in 900 s"
+            if signum == signal.SIGINT:
+                time.sleep(3)  # let snakemake register the finished job
+        finally:
+            _interrupt(proc, signum)
+
+
+def test_a_run_interrupted_twice_resumes_without_redoing_finished_jobs_to_the_same_lineage(tmp_path, planted,
+                                                                                           finished_run):
+    run = tmp_path / "results" / "default"
+    cmd = snakemake_cmd(tmp_path, planted)
+    # 1. Ctrl-C once generation 0 has selected
+    _run_until(cmd, tmp_path / "first.log", (run / "gen0" / "selection.json").exists, signal.SIGINT,
+               "generation 0's selection")
+    assert not (run / "summary.json").exists(), "the run finished before it could be interrupted"
+    assert not (run / "data" / "test.parquet").exists(), "the test split exists before the loop ended"
+    finished_before = {p: p.stat().st_mtime_ns for p in run.glob("gen0/backtest/*/metrics.json")}
+    finished_before[run / "gen0" / "rollouts.parquet"] = (run / "gen0" / "rollouts.parquet").stat().st_mtime_ns
+    # 2. the same command, SIGKILLed while generation 1's first rungs train (a training child wrote its heartbeat)
+    _run_until(cmd, tmp_path / "second.log", lambda: bool(list((run / "gen1" / "backtest").glob("*/progress.json"))),
+               signal.SIGKILL, "a rung of generation 1")
     assert not (run / "gen1" / "lineage_continue.parquet").exists()
-    # a SIGKILLed snakemake cannot release its lock: --unlock, then the same command (profile: rerun-incomplete)
-    run_snakemake(tmp_path, planted, "--unlock", schedule="rungs")
-    run_snakemake(tmp_path, planted, timeout=1800, schedule="rungs")
+    # 3. a SIGKILLed snakemake cannot release its lock: --unlock, then the same command (profile: rerun-incomplete)
+    run_snakemake(tmp_path, planted, "--unlock")
+    result = run_snakemake(tmp_path, planted, timeout=1800)
+    for log in ((tmp_path / "second.log").read_text(), result.stdout + result.stderr):
+        assert "rule init:" not in log and "rule data:" not in log
+    for path, mtime in finished_before.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was recomputed"
+    # same seeds, same threads: the resumed run ends exactly where the uninterrupted one did
     columns = ["generation", "candidate_id", "verdict", "failure_label", "val_accuracy", "rung", "parent_candidate_id"]
     resumed = lineage.read(run / "lineage.parquet")[columns]
-    reference = lineage.read(rungs_run / "lineage.parquet")[columns]
-    pd.testing.assert_frame_equal(resumed, reference)  # same seeds, same threads: the same lineage
+    reference = lineage.read(finished_run / "lineage.parquet")[columns]
+    pd.testing.assert_frame_equal(resumed, reference)
     for table in (resumed, reference):
         assert not table.duplicated(["generation", "candidate_id"]).any()
+    resumed_summary = json.loads((run / "summary.json").read_text())
+    reference_summary = json.loads((finished_run / "summary.json").read_text())
+    assert resumed_summary["evolved_test_accuracy"] == reference_summary["evolved_test_accuracy"]
+    assert resumed_summary["generations"] == reference_summary["generations"]
+    assert load_recipe(run / "gen2" / "harness") == load_recipe(finished_run / "gen2" / "harness")
 
 
 def test_a_final_share_reaches_the_last_continuation_through_the_workflow(tmp_path):

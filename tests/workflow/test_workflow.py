@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
+import shutil
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 import yaml
 
 from evotrainer.contracts import evidence, lineage
-from evotrainer.contracts.harness import load_recipe
-from tests.e2e import BUDGET, REPO, evotrainer, run_snakemake, snakemake_cmd
+from tests.e2e import BUDGET, FIRST_RUNG, REPO, SEEDS, evotrainer, run_snakemake, snakemake_cmd
+
+STEP = 32 * 8  # responses per step of the quick recipe: 32 prompts x 8 samples
 
 pytestmark = pytest.mark.e2e
 
@@ -65,26 +63,28 @@ def test_every_artifact_exists_and_reads_with_pandas(finished_run):
             metrics = json.loads((gen / "backtest" / cid / "metrics.json").read_text())
             proposal = json.loads((gen / "candidates" / cid / "proposal.json").read_text())
             assert {"hypothesis", "targeted_findings", "success_criterion", "validation"} <= set(proposal)
-            if metrics["status"] == "ok":
-                assert pd.read_parquet(gen / "backtest" / cid / "train_log.parquet")["step"].max() == 11
+            if metrics["status"] == "ok":  # a first rung: a quarter of the slot's 12 steps
+                assert pd.read_parquet(gen / "backtest" / cid / "train_log.parquet")["step"].max() == FIRST_RUNG // STEP - 1
                 assert evidence.read(gen / "backtest" / cid / "val_rollouts.parquet")["split"].eq("val").all()
         assert json.loads((gen / "selection.json").read_text())["promoted"] in cids
     assert (run / "gen2" / "policy" / "config.json").exists()
-    assert pd.read_parquet(run / "gen1" / "parent_train_log.parquet")["step"].max() == 11
+    # generation 1 starts from generation 0's continuation, whose training log it keeps
+    continued = json.loads((run / "gen0" / "backtest" / "continue" / "metrics.json").read_text())
+    assert pd.read_parquet(run / "gen1" / "parent_train_log.parquet")["step"].max() == continued["steps"] - 1
     summary = json.loads((run / "summary.json").read_text())
     assert len(summary["generations"]) == 2 and summary["baseline_test_accuracy"] is not None
     assert json.loads((run / "baseline" / "metrics.json").read_text())["steps"] == 24  # 2 generations x 12 steps
-    # the baseline follows the loop's protocol: its first chunk *is* generation 0's control
+    # the baseline follows the loop's protocol: its first steps *are* generation 0's control (its first rung)
     baseline_log = pd.read_parquet(run / "baseline" / "train_log.parquet")
     control_log = pd.read_parquet(run / "gen0" / "backtest" / "control" / "train_log.parquet")
     cols = ["reward_mean", "loss", "entropy", "kl"]
-    pd.testing.assert_frame_equal(baseline_log[cols].iloc[:12], control_log[cols])
+    pd.testing.assert_frame_equal(baseline_log[cols].iloc[:len(control_log)], control_log[cols])
     for arm in ("evolved", "baseline"):
         assert evidence.read(run / "eval" / arm / "test_rollouts.parquet")["split"].eq("test").all()
-    for g in (0, 1):  # two training seeds per candidate, each with its own val rollouts
+    for g in (0, 1):  # two training seeds per first rung, each with its own val rollouts (a continuation: one)
         for metrics_path in (run / f"gen{g}" / "backtest").glob("*/metrics.json"):
             metrics = json.loads(metrics_path.read_text())
-            if metrics["status"] == "ok":
+            if metrics["status"] == "ok" and metrics_path.parent.name != "continue":
                 assert len(metrics["val_accuracy_per_seed"]) == 2
                 assert (metrics_path.parent / "seed1" / "val_rollouts.parquet").exists()
 
@@ -95,7 +95,10 @@ def test_every_arm_spends_exactly_its_compute_budget(finished_run):
         metrics = json.loads(metrics_path.read_text())
         if metrics["status"] == "ok":
             compute = metrics["compute"]
-            assert compute["sampled_responses"] == 2 * BUDGET, metrics_path  # 2 seeds, each its budget exactly
+            if metrics_path.parent.name == "continue":  # the winner's continuation: its plan's budget, one seed
+                assert compute["sampled_responses"] == metrics["plan"]["budget"], metrics_path
+                continue
+            assert compute["sampled_responses"] == 2 * FIRST_RUNG, metrics_path  # 2 seeds, each its rung exactly
             spent.append(compute["optimizer_steps"])
             # the accounting is the sum of what was logged: train-log rows and val evidence rows of both seeds
             seeds = [metrics_path.parent, metrics_path.parent / "seed1"]
@@ -106,13 +109,13 @@ def test_every_arm_spends_exactly_its_compute_budget(finished_run):
                                                    logs["generated_tokens"].sum(), logs["trained_tokens"].sum())
             assert (compute["eval_responses"], compute["eval_generated_tokens"]) == (len(val),
                                                                                       val["response_tokens"].sum())
-    assert spent and all(steps <= 2 * 12 for steps in spent)  # dynamic sampling would buy fewer steps, never more
+    assert spent and all(steps <= 2 * FIRST_RUNG // STEP for steps in spent)  # dynamic sampling: fewer, never more
     baseline = json.loads((finished_run / "baseline" / "metrics.json").read_text())["compute"]
     assert baseline["sampled_responses"] == 2 * BUDGET and baseline["optimizer_steps"] == 2 * 12  # generations x budget
-    # the equal-samples arm: the fixed recipe on as many responses as the promoted path sampled per seed
+    # the equal-samples arm: the fixed recipe on as many responses as trained the returned policy
     summary = json.loads((finished_run / "summary.json").read_text())
     matched = json.loads((finished_run / "baseline_matched" / "metrics.json").read_text())["compute"]
-    assert matched["sampled_responses"] == summary["compute"]["promoted_path"]["sampled_responses"] // 2
+    assert matched["sampled_responses"] == summary["ledger"]["promoted_path"]["returned"]
     assert summary["compute"]["baseline_matched"]["sampled_responses"] == matched["sampled_responses"]
     assert 0 <= summary["baseline_matched_test_accuracy"] <= 1
 
@@ -185,7 +188,8 @@ def test_lineage_has_one_row_per_candidate(finished_run):
     table = lineage.read(finished_run / "lineage.parquet")
     assert not table.duplicated(["generation", "candidate_id"]).any()
     on_disk = sum(1 for g in (0, 1) for p in (finished_run / f"gen{g}" / "candidates").iterdir() if p.is_dir())
-    assert len(table) == on_disk
+    assert len(table[table["rung"] == 0]) == on_disk  # and one row per generation for the winner's continuation
+    assert (table[table["rung"] == 1]["candidate_id"] == "continue").sum() == 2
 
 
 def test_test_split_is_never_read_before_evaluation(finished_run):
@@ -223,25 +227,30 @@ def test_report_has_every_section(finished_run):
 
 
 def test_the_ledger_charges_every_slot_its_full_budget(finished_run):
-    """The shared run budgets 3,072 responses per backtest and training seed (2 seeds): every slot, the planted
-    candidates that failed validation, replay or a gate included, is charged 6,144; the whole search is the
-    slots times that; the equal-charged-responses arm got the promoted path's charge per seed, and the summary
-    and the report lead with that comparison, each arm's charge beside its accuracy."""
+    """The shared run budgets 3,072 responses per slot and training seed (2 seeds), a quarter of it a first rung:
+    every slot, the planted candidates that failed validation, replay or a gate included, is charged its first
+    rung (1,536); the whole search is the slots times their 6,144; the equal-charged-responses arm got the
+    returned policy's responses, and the summary and the report lead with the whole-charge comparison, each arm's
+    charge beside its accuracy."""
     from tests.e2e import BUDGET
 
     summary = json.loads((finished_run / "summary.json").read_text())
     table = lineage.read(finished_run / "lineage.parquet")
-    charges = [json.loads(c) for c in table["charge"]]
-    assert {c["charged"] for c in charges} == {2 * BUDGET} and {c["unit"] for c in charges} == {"responses"}
+    first = table[table["rung"] == 0]
+    charges = [json.loads(c) for c in first["charge"]]
+    assert {c["charged"] for c in charges} == {SEEDS * FIRST_RUNG} and {c["unit"] for c in charges} == {"responses"}
     assert any(c["spent"] == 0 for c in charges)  # failed before training, charged in full all the same
     book = summary["ledger"]
-    assert book["search"]["charged"] == 2 * BUDGET * (len(table) + book["search"]["unused_slots"])
-    assert book["promoted_path"]["charged"] == 2 * 2 * BUDGET  # two generations' promoted (or kept) slots
-    assert book["fixed"]["baseline_matched"]["charged"] == book["promoted_path"]["charged"] // 2  # per training seed
+    assert book["search"]["charged"] == SEEDS * BUDGET * (len(first) + book["search"]["unused_slots"])
+    continued = sum(json.loads(c)["charged"] for c in table[table["rung"] == 1]["charge"])
+    # the promoted path: each generation's winning first rung (both seeds) and its continuation; the returned
+    # policy trained on the continuations and seed 0 of each winning rung
+    assert book["promoted_path"]["charged"] == continued + 2 * SEEDS * FIRST_RUNG
+    assert book["promoted_path"]["returned"] == continued + 2 * FIRST_RUNG == book["fixed"]["baseline_matched"]["charged"]
     # the comparison a user would make leads: the fixed recipe at the whole search's charge (search.baseline_search)
     assert [c["arm"] for c in summary["comparison"]] == ["baseline_search", "baseline_matched", "baseline"]
     assert book["fixed"]["baseline_search"]["charged"] == 2 * (1 + 2) * 2 * BUDGET  # the nominal slots (no extras)
-    assert summary["returned_share"] == pytest.approx(book["promoted_path"]["charged"] / 2 / book["search"]["charged"])
+    assert summary["returned_share"] == pytest.approx(book["promoted_path"]["returned"] / book["search"]["charged"])
     aux = book["auxiliary"]
     assert min(aux["rollout_responses"], aux["exit_responses"], aux["val_responses"], aux["test_responses"]) > 0
     page = (finished_run / "report.html").read_text()
@@ -249,7 +258,7 @@ def test_the_ledger_charges_every_slot_its_full_budget(finished_run):
     assert "vs fixed recipe, the responses that trained the returned policy" in (finished_run / "summary.md").read_text()
 
 
-def test_cli_commands_on_a_finished_run(finished_run):
+def test_cli_commands_on_a_finished_run(finished_run, tmp_path):
     workdir = finished_run.parents[1]
     for args, expected in [
         (["status", "default"], "best val accuracy so far"),
@@ -262,7 +271,7 @@ def test_cli_commands_on_a_finished_run(finished_run):
         result = evotrainer(*args, cwd=workdir)
         assert result.returncode == 0, result.stderr
         assert expected in result.stdout, (args, result.stdout)
-    broken = workdir / "broken.parquet"
+    broken = tmp_path / "broken.parquet"
     pd.read_parquet(finished_run / "gen0" / "rollouts.parquet").drop(columns="reward").to_parquet(broken)
     result = evotrainer("evidence", "validate", str(broken), cwd=workdir)
     assert result.returncode == 1 and "missing required column(s) ['reward']" in result.stdout
@@ -320,6 +329,8 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
             assert all(json.loads(c)["charged"] == 256 for c in table_arm[first]["charge"]), arm
             assert (~first).sum() == 2 and table_arm[~first]["verdict"].eq("continued").all(), arm
         assert summary["ledger"]["search"]["unused_slots"] == 0 and summary["ledger"]["search"]["charged"] == 8192, arm
+        # each generation is charged its 4 slots x 1,024, under flat (pbt, population) as under rungs (the rest)
+        assert [g["charged"] for g in summary["ledger"]["search"]["generations"]] == [4 * 1024] * 2, arm
         proposal = json.loads((run / "gen0" / "candidates" / "c1" / "proposal.json").read_text())
         assert proposal["agent"] == ("heuristic" if arm == "population" else arm)  # population: the loop's agent
         config = yaml.safe_load((run / "config.yaml").read_text())
@@ -337,9 +348,11 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     for arm in ("tpe", "cmaes"):
         candidates = results / f"default-seed0-{arm}" / "gen1" / "candidates"
         before = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
-        again = subprocess.run([*cmd[:cmd.index("headline")], str(candidates.relative_to(tmp_path)), "--forcerun",
-                                "propose", "--config", "experiment=headline_smoke", "run=default"], capture_output=True, text=True,
+        # --force: that one job again (--forcerun propose would redo every propose upstream and all below them)
+        again = subprocess.run([*cmd[:cmd.index("headline")], str(candidates.relative_to(tmp_path)), "--force",
+                                "--config", "experiment=headline_smoke", "run=default"], capture_output=True, text=True,
                                timeout=600)
+        assert "checkpoint propose:" in again.stdout + again.stderr and "rule backtest:" not in again.stdout + again.stderr
         assert again.returncode == 0, again.stderr[-3000:]
         after = {p.parent.name: json.loads(p.read_text())["hypothesis"] for p in candidates.glob("c*/proposal.json")}
         assert before == after and len(before) == 1 + 3, arm  # control and three trials
@@ -365,55 +378,14 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     assert (results / "default-headline" / "headline.png").stat().st_size > 5_000
 
 
-def test_rerunning_one_backtest_reproduces_it(finished_run, planted):
-    workdir = finished_run.parents[1]
-    target = finished_run / "gen1" / "backtest" / "control" / "metrics.json"
+def test_rerunning_one_backtest_reproduces_it(finished_run, planted, tmp_path):
+    workdir = tmp_path / "copy"  # a copy: other tests (other xdist workers) read the shared run meanwhile
+    shutil.copytree(finished_run.parents[1], workdir, symlinks=True)  # mtimes kept: the same plan as the original
+    target = workdir / "results" / "default" / "gen1" / "backtest" / "control" / "metrics.json"
     before = json.loads(target.read_text())
-    result = run_snakemake(workdir, planted, str(target.relative_to(workdir)), "--forcerun", "backtest")
-    assert "rule backtest:" in result.stdout + result.stderr
+    # --force: this one job (--forcerun backtest would redo every backtest upstream of it, and all that follows them)
+    result = run_snakemake(workdir, planted, str(target.relative_to(workdir)), "--force")
+    log = result.stdout + result.stderr
+    assert "rule backtest:" in log and "rule select:" not in log and "rule rollout:" not in log
     after = json.loads(target.read_text())
     assert after["val_accuracy"] == before["val_accuracy"]  # fixed seed and threads: bit-for-bit
-
-
-def test_interrupted_run_resumes_without_redoing_finished_jobs(tmp_path, planted, finished_run):
-    # output to a file, not a pipe: an unread pipe fills up (64 KB) and blocks snakemake
-    log_file = (tmp_path / "interrupted.log").open("w")
-    proc = subprocess.Popen(snakemake_cmd(tmp_path, planted), stdout=log_file, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    run = tmp_path / "results" / "default"
-    marker = run / "gen0" / "selection.json"
-    try:
-        deadline = time.time() + 900
-        while not marker.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-        assert marker.exists(), "the run never reached gen0's selection"
-        time.sleep(3)  # let snakemake register the select job as finished
-    finally:
-        # what Ctrl-C does, pressed again after 15 s if needed: Snakemake's log handler swallows a
-        # KeyboardInterrupt that lands while it writes a record (snakemake/logging.py), and the run goes on
-        deadline = time.time() + 120
-        while proc.poll() is None and time.time() < deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=15)
-        proc.wait(timeout=10)
-        log_file.close()
-    assert not (run / "summary.json").exists(), "the run finished before it could be interrupted"
-    assert not (run / "data" / "test.parquet").exists(), "the test split exists before the loop ended"
-    finished_before = {p: p.stat().st_mtime_ns for p in run.glob("gen0/backtest/*/metrics.json")}
-    finished_before[run / "gen0" / "rollouts.parquet"] = (run / "gen0" / "rollouts.parquet").stat().st_mtime_ns
-
-    result = run_snakemake(tmp_path, planted)
-    log = result.stdout + result.stderr
-    assert "rule init:" not in log and "rule data:" not in log
-    for path, mtime in finished_before.items():
-        assert path.stat().st_mtime_ns == mtime, f"{path} was recomputed"
-    table = lineage.read(run / "lineage.parquet")
-    assert not table.duplicated(["generation", "candidate_id"]).any()
-    # same seeds, same threads: the resumed run ends exactly where the uninterrupted one did
-    resumed = json.loads((run / "summary.json").read_text())
-    reference = json.loads((finished_run / "summary.json").read_text())
-    assert resumed["evolved_test_accuracy"] == reference["evolved_test_accuracy"]
-    assert resumed["generations"] == reference["generations"]
-    assert load_recipe(run / "gen2" / "harness") == load_recipe(finished_run / "gen2" / "harness")
