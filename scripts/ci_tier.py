@@ -29,8 +29,8 @@ def verdict(name: str, cpu: float, budget: float | None, margin: float) -> str |
     """The line that fails the tier, or None when it is within ``budget x margin`` (or has no budget)."""
     if budget is None or cpu <= budget * margin:
         return None
-    return (f"tier {name}: {cpu:.0f} s of CPU is over its budget of {budget:.0f} s by more than "
-            f"{(margin - 1) * 100:.0f}% (limit {budget * margin:.0f} s): make the tier cheaper or move the slowest "
+    return (f"tier {name}: {cpu:.0f} s of CPU is over its budget of {budget:g} s by more than "
+            f"{(margin - 1) * 100:.0f}% (limit {budget * margin:g} s): make the tier cheaper or move the slowest "
             f"tests out of it (docs/testing.md)")
 
 

@@ -35,22 +35,78 @@ def pytest_configure(config):
 # Module- and class-scoped fixtures that the suite does not count as expensive: a test using only these needs no
 # particular xdist worker.
 CHEAP_SCOPED = {"one_torch_thread"}
+# The longest single tests of the e2e tier (whole workflow runs of minutes each, docs/testing.md): scheduled before
+# the other single tests, so that no worker starts one of them while the other has nothing left to do.
+LONG_FIRST = (
+    "tests/workflow/test_workflow.py::test_headline_smoke",
+    "tests/workflow/test_schedule.py::test_a_run_interrupted_twice",
+    "tests/workflow/test_flaws_suite.py::test_two_flaws",
+    "tests/workflow/test_walkthrough.py::test_your_model",
+    "tests/search/test_approvals.py::test_approvals_stop",
+    "tests/workflow/test_schedule.py::test_a_final_share",
+    "tests/workflow/test_domains.py::",
+)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups (--dist loadgroup)
+def _long_rank(item) -> int:
+    return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+
+
+def _xdist_group(item) -> str | None:
+    """The worker a test must share with others (None: either): the tests that read the shared end-to-end run
+    (``finished_run``) go together, and the tests of a module that share a module- or class-scoped fixture."""
+    if "finished_run" in getattr(item, "fixturenames", ()):
+        return "finished_run"
+    info = getattr(item, "_fixtureinfo", None)
+    scoped = {name for name, defs in (info.name2fixturedefs.items() if info else ())
+              if defs and defs[-1].scope in ("module", "class", "package")} - CHEAP_SCOPED
+    return item.nodeid.split("::", 1)[0] if scoped else None
+
+
+GROUPS_FILE = "xdist-groups.json"
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`-n 2 --dist loadgroup`, as .ci/run runs the tiers) every test may go to either worker,
-    except that the tests of a module that share a module- or class-scoped fixture go to one worker together
-    (`xdist_group` named after the module): else each worker would build that fixture (a whole workflow run, a
-    SLURM cluster) again. The session fixtures that train or run the workflow are built once for all workers
-    (``_built_once``)."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        scoped = {name for name, defs in (info.name2fixturedefs.items() if info else ())
-                  if defs and defs[-1].scope in ("module", "class", "package")} - CHEAP_SCOPED
-        if scoped:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    """Under pytest-xdist (`-n 2`, as .ci/run runs the tiers) a test may go to either worker, but:
+    - the tests that read the shared end-to-end run (``finished_run``) go to one worker together: it builds the
+      run once and reads it, and no worker waits idle for the other's build;
+    - the tests of a module that share a module- or class-scoped fixture go to one worker together: else each
+      worker would build that fixture (a workflow run, a SLURM cluster);
+    - the longest single tests come first (``LONG_FIRST``): the scheduler hands out the largest groups first, then
+      single tests in collection order.
+    Each worker writes the groups where the controller's scheduler reads them (``pytest_xdist_make_scheduler``:
+    pytest-xdist's own ``xdist_group`` marks do not reach its scheduler under pytest 9, whose node ids are no
+    longer set through ``_nodeid``). The session fixtures that train or run the workflow are built once for all
+    workers (``_built_once``)."""
+    items.sort(key=_long_rank)  # stable: the same order in every worker, as xdist requires
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import json
+
+        shared = config._tmp_path_factory.getbasetemp().parent  # the controller's basetemp
+        groups = {item.nodeid: group for item in items if (group := _xdist_group(item))}
+        partial = shared / f"{GROUPS_FILE}.{os.environ['PYTEST_XDIST_WORKER']}"
+        partial.write_text(json.dumps(groups))
+        partial.replace(shared / GROUPS_FILE)  # every worker writes the same mapping
     _skip_gpu_without_cuda(items)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scope scheduler with the groups of ``pytest_collection_modifyitems`` as its scopes (a test in
+    no group is a scope of its own): whole groups go to one worker, the largest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # read once the workers have collected (they write before they report)
+                import json
+
+                path = config._tmp_path_factory.getbasetemp() / GROUPS_FILE
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
 
 
 def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Path:

@@ -1,6 +1,6 @@
 """The flaws suite through the real `snakemake` CLI (docs/flaws.md): the CI form of `snakemake flaws` on two of
-the shipped flaws, one seed, few steps, beside a flaw whose diff does not apply and fails alone; a flaw past
-flaws.timeout_s is stopped with its label and leaves no process behind."""
+the shipped flaws, one seed, few steps, beside a flaw whose diff does not apply and fails alone, interrupted once
+and resumed; a flaw past flaws.timeout_s is stopped with its label and leaves no process behind."""
 
 from __future__ import annotations
 
@@ -39,8 +39,38 @@ def snakemake_flaws(workdir: Path, flaws_dir: Path, run: str, *extra: str, timeo
                            *extra], capture_output=True, text=True, timeout=timeout)
 
 
-def test_two_flaws_run_every_arm_at_equal_charge_and_a_broken_flaw_fails_alone(tmp_path):
+def test_two_flaws_interrupted_then_resumed_run_every_arm_at_equal_charge_and_a_broken_flaw_fails_alone(tmp_path):
+    """SIGTERM to `snakemake flaws` while a flaw's own run trains: every process of both runs ends (none left
+    stopped or orphaned) and no outcome is written for the interrupted flaw; the same command then finishes the
+    suite, whose table is checked. (One run for both: the interrupted suite was a run of its own, ~150 s.)"""
+    import psutil
+
     flaws_dir = suite(tmp_path, ["arith_reward_period", "arith_lr_far_off"], broken=True)
+    argv = [sys.executable, "-m", "snakemake", "flaws", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+            "--cores", "2", "--config", f"flaws_dir={flaws_dir}", "run=ci", *SHORT]
+    outer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 400
+    training: list[Path] = []
+    while not training and outer.poll() is None and time.monotonic() < deadline:
+        training = list(tmp_path.glob("results/ci-*-seed0/logs/init.log"))  # a flaw's SFT warm start
+        time.sleep(0.5)
+    assert training, "no flaw's run reached its init job"
+    time.sleep(3)
+    outer.send_signal(15)
+    assert outer.wait(timeout=120) != 0
+
+    def left() -> list:
+        return [(p.info["pid"], p.info["status"], p.info["cmdline"]) for p in
+                psutil.process_iter(["pid", "status", "cmdline"])
+                if any(str(tmp_path) in part for part in (p.info["cmdline"] or [])) or _cwd(p) == tmp_path]
+
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left(), left()
+    interrupted = training[0].parents[1].name.removeprefix("ci-").removesuffix("-seed0")
+    assert not (tmp_path / f"results/ci/flaws/{interrupted}/outcome.json").exists(), interrupted
+
     done = snakemake_flaws(tmp_path, flaws_dir, "ci")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = json.loads((tmp_path / "results/ci/flaws.json").read_text())
@@ -103,40 +133,6 @@ def test_a_flaw_past_its_deadline_is_stopped_with_its_label_and_leaves_no_proces
     while left() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left(), left()
-
-
-def test_an_interrupted_suite_leaves_no_process_and_resumes(tmp_path):
-    """SIGTERM to `snakemake flaws` while a flaw's own run trains: every process of both runs ends (none left
-    stopped or orphaned), no outcome is written for the interrupted flaw, and the same command then finishes it."""
-    import psutil
-
-    flaws_dir = suite(tmp_path, ["arith_reward_period"])
-    argv = [sys.executable, "-m", "snakemake", "flaws", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-            "--cores", "2", "--config", f"flaws_dir={flaws_dir}", "run=cut", *SHORT]
-    outer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    training = tmp_path / "results/cut-arith_reward_period-seed0/logs/init.log"  # the flaw's SFT warm start
-    deadline = time.monotonic() + 400
-    while not training.exists() and outer.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert training.exists(), "the flaw's run never reached its init job"
-    time.sleep(3)
-    outer.send_signal(15)
-    assert outer.wait(timeout=120) != 0
-
-    def left() -> list:
-        return [(p.info["pid"], p.info["status"], p.info["cmdline"]) for p in
-                psutil.process_iter(["pid", "status", "cmdline"])
-                if any(str(tmp_path) in part for part in (p.info["cmdline"] or [])) or _cwd(p) == tmp_path]
-
-    deadline = time.monotonic() + 30
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left(), left()
-    assert not (tmp_path / "results/cut/flaws/arith_reward_period/outcome.json").exists()
-    done = snakemake_flaws(tmp_path, flaws_dir, "cut", timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    row = json.loads((tmp_path / "results/cut/flaws.json").read_text())["flaws"][0]
-    assert row["status"] == "ok", row
 
 
 def _cwd(process) -> Path | None:

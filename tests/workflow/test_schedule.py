@@ -1,5 +1,5 @@
 """search.schedule=rungs end to end, through the real `snakemake` CLI, on the shared run (tests/e2e.py: two
-generations, two training seeds, a 3,072-response budget per slot, the planted candidates, the default schedule).
+generations, two training seeds, a 2,048-response budget per slot, the planted candidates, the default schedule).
 
 What must hold: every slot trains its first rung (a quarter of its budget) and stops; the winner continues for the
 rest of the generation's budget; the whole search is charged its slots times their budget (equal to the fixed
@@ -82,6 +82,9 @@ def test_the_search_is_charged_its_slots_and_the_summary_leads_with_the_whole_ch
     assert rungs["returned_share"] >= 0.6
     summary_md = (finished_run / "summary.md").read_text()
     assert "the returned policy trained on" in summary_md and "baseline_search" in summary_md
+    # and summary.md leads with it: its first comparison line is the fixed recipe at the whole charge
+    first = next(line for line in summary_md.splitlines() if line.startswith("- vs "))
+    assert "(baseline_search, charged " in first, first
 
 
 def _interrupt(proc: subprocess.Popen, signum: int) -> None:
@@ -114,7 +117,9 @@ def _run_until(cmd: list[str], log: Path, reached, signum: int, what: str) -> No
 
 
 def test_a_run_interrupted_twice_resumes_without_redoing_finished_jobs_to_the_same_lineage(tmp_path, planted,
-                                                                                           finished_run):
+                                                                                           request):
+    """The shared run is asked for at the end, when it is compared: under xdist this test then runs beside the
+    worker that builds it instead of waiting for it (tests/conftest.py)."""
     run = tmp_path / "results" / "default"
     cmd = snakemake_cmd(tmp_path, planted)
     # 1. Ctrl-C once generation 0 has selected
@@ -136,6 +141,7 @@ def test_a_run_interrupted_twice_resumes_without_redoing_finished_jobs_to_the_sa
     for path, mtime in finished_before.items():
         assert path.stat().st_mtime_ns == mtime, f"{path} was recomputed"
     # same seeds, same threads: the resumed run ends exactly where the uninterrupted one did
+    finished_run = request.getfixturevalue("finished_run")
     columns = ["generation", "candidate_id", "verdict", "failure_label", "val_accuracy", "rung", "parent_candidate_id"]
     resumed = lineage.read(run / "lineage.parquet")[columns]
     reference = lineage.read(finished_run / "lineage.parquet")[columns]
