@@ -49,6 +49,16 @@ def test_an_unknown_key_names_the_closest_key_and_never_suggests_plus(prefix):
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("entries", [{"search__generationz": 5}, {"search": {"generationz": 5}},
+                                     {"search.generationz": 5}], ids=["--config", "nested", "dotted"])
+def test_an_unknown_key_in_snakemakes_config_is_refused_not_dropped(entries):
+    """What the Snakefile does with `--config search__generationz=5` (and a --configfile's nested or dotted keys):
+    the typo reaches the refusal with the closest key; dropped, the run would go on with the default."""
+    with pytest.raises(ConfigError, match=r"'search\.generationz'.*did you mean 'search\.generations'"):
+        compose(overrides_from_snakemake({"experiment": "quick", **entries}))
+
+
+@pytest.mark.fast
 def test_an_unknown_top_level_key_names_the_closest():
     with pytest.raises(ConfigError, match=r"'sead'.*did you mean 'seed'"):
         compose(["sead=3"])
