@@ -19,7 +19,8 @@ def test_a_vetoed_candidate_is_never_promoted_however_well_it_scores(backtests, 
     for cid in ("control", "lower_lr", *HACKS):
         shutil.copytree(backtests[cid].parents[1] / "candidates" / cid, candidates / cid)
         proposal = json.loads((candidates / cid / "proposal.json").read_text())
-        (candidates / cid / "proposal.json").write_text(json.dumps(proposal | {"intervention": f"test:{cid}"}))
+        (candidates / cid / "proposal.json").write_text(json.dumps(proposal | {
+            "intervention": f"test:{cid}", "hypothesis": "planted", "targeted_findings": [], "signature": [cid]}))
         shutil.copytree(backtests[cid], backtest_dir / cid, symlinks=True)
     for cid in HACKS:  # far above everything else on val
         metrics = json.loads((backtest_dir / cid / "metrics.json").read_text())
