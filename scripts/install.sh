@@ -12,11 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 extras="${EXTRAS:-}"
-compile=""  # --tests: no byte-compiling of the ~2 GB of packages (a clean clone in CI installs, then imports a
-            # fraction of them; the first import compiles what it needs): 89 s instead of 134 s here
 for arg in "$@"; do
   case "$arg" in
-    --tests) extras="${EXTRAS:-dev,verl,slurm,tracking}"; compile=--no-compile ;;
+    --tests) extras="${EXTRAS:-dev,verl,slurm,tracking}" ;;
     -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (known: --tests, --help)" >&2; exit 2 ;;
   esac
@@ -25,9 +23,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
-  .venv/bin/pip install --quiet ${compile} torch==2.13.0 --index-url "$TORCH_INDEX_URL"
+  .venv/bin/pip install --quiet torch==2.13.0 --index-url "$TORCH_INDEX_URL"
 else
-  .venv/bin/pip install --quiet ${compile} torch==2.13.0
+  .venv/bin/pip install --quiet torch==2.13.0
 fi
-.venv/bin/pip install --quiet ${compile} -e ".${extras:+[$extras]}"
+.venv/bin/pip install --quiet -e ".${extras:+[$extras]}"
 echo "installed: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'), evotrainer${extras:+ with [$extras]}"
