@@ -90,6 +90,7 @@ def pytest_collection_modifyitems(config, items):
     _skip_gpu_without_cuda(items)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without xdist (-p no:xdist) it is not called
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scope scheduler with the groups of ``pytest_collection_modifyitems`` as its scopes (a test in
     no group is a scope of its own): whole groups go to one worker, the largest first."""
