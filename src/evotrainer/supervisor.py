@@ -753,11 +753,15 @@ def _release(child: Child | None) -> None:
 
 
 def _install_handlers() -> None:
+    """Ours over whatever handler is there now. A release from another thread cannot restore the handlers
+    (only the main thread sets them), so ours may still be there; or someone replaced ours since: then the
+    replacement is the handler to pass the signal on to and to restore."""
     for signum in INTERRUPT_SIGNALS:
-        if signum in _previous:
-            continue
         current = signal.getsignal(signum)
+        if current is _on_signal:
+            continue
         if current is signal.SIG_IGN or current is None:  # ignored, or a handler not set from Python: leave it
+            _previous.pop(signum, None)
             continue
         _previous[signum] = current
         signal.signal(signum, _on_signal)

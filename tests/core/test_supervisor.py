@@ -172,6 +172,28 @@ def test_a_signal_kills_the_trees_then_reaches_the_previous_handler_which_is_res
         signal.signal(signal.SIGHUP, old)
 
 
+def test_a_handler_set_after_a_release_from_another_thread_is_the_one_passed_on_and_restored():
+    child = supervisor.start(python(SLEEPER))
+    releaser = threading.Thread(target=child.kill)  # off the main thread: ours cannot be restored there
+    releaser.start()
+    releaser.join()
+    received = []
+
+    def later(signum, _frame):
+        received.append(signum)
+
+    old = signal.signal(signal.SIGHUP, later)
+    try:
+        child = supervisor.start(python(SLEEPER))
+        assert signal.getsignal(signal.SIGHUP) is not later
+        os.kill(os.getpid(), signal.SIGHUP)
+        with pytest.raises(supervisor.Interrupted, match="SIGHUP"):
+            child.wait_outcome(timeout=10)
+        assert received == [signal.SIGHUP] and signal.getsignal(signal.SIGHUP) is later
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
 # a supervisor process of its own: supervises SPAWNER (which detaches two grandchildren), prints the pids
 SUPERVISOR = f"""
 import sys
