@@ -113,6 +113,21 @@ def test_a_loop_that_restores_the_shipped_file_counts_as_the_flawed_harness(tmp_
     row = table["flaws"][0]
     assert row["recovery"]["loop"] == pytest.approx(0.0, abs=1e-9)
     assert row["repair_not_counted"]["0"]["restored_shipped"] == ["reward.py"]
+    assert "| 0 (not counted), 1 (not counted) |" in write_markdown(table)
+
+
+def test_a_blind_loop_that_lands_on_the_shipped_text_is_scored_on_its_own_answers(tmp_path):
+    # measured elsewhere: a loop that halved a rate 4x too high back to the shipped value scored 0.4725 on test,
+    # and the table printed the flawed arm's 0.000 because recipe.yaml matched the shipped file
+    rec = record(tmp_path, "lr_x4", {"loop": 0.47, "tuner": 0.47, "flawed": 0.0, "reference": 0.5, "warm_start": 0.3})
+    for entry in rec["seeds"].values():
+        entry["restored_shipped"] = ["recipe.yaml"]  # repair_counts stays True: a blind path (stages/flaws_repairs.py)
+    table = suite_table([rec], tuner="tpe", seeds=2, min_gap=0.10)
+    row = table["flaws"][0]
+    assert row["recovery"]["loop"] > 0.7 and row["repair_not_counted"] == {}
+    assert row["ended_at_shipped"] == {"0": ["recipe.yaml"], "1": ["recipe.yaml"]}
+    line = next(line for line in write_markdown(table).splitlines() if line.startswith("| lr_x4 |"))
+    assert "| 0, 1 |" in line
 
 
 def test_a_seed_missing_an_arm_is_left_out_and_named(tmp_path):

@@ -179,3 +179,73 @@ def test_the_loops_promoted_changes_are_sorted_into_repairs_knob_moves_and_other
     out = loop_repairs(loop, Flaw(name="f", folder=tmp_path, diff=DIFF), tmp_path)
     assert [(r["candidate_id"], r["kind"], r["verifier_fallback"]) for r in out["repairs"]] == [("c1", "reward", True)]
     assert [m["intervention"] for m in out["knob_moves"]] == ["lower_lr"] and out["other_changes"] == []
+
+
+# ---------------------------------------------------------------- a repair that lands on the shipped text (issue 70)
+LR_FLAW = "--- a/recipe.yaml\n+++ b/recipe.yaml\n@@ -1 +1 @@\n-lr: 2.0e-4\n+lr: 8.0e-4\n"
+
+
+def _loop_with_path(tmp_path, path: list[tuple[str, str, str]], final: dict[str, str], tools: list[str] | None = None):
+    """A loop whose promoted path is ``path`` ((candidate id, file, hypothesis) per generation) and whose last
+    generation's harness holds ``final``; ``tools``: an LLM agent's tool calls in generation 0."""
+    import pandas as pd
+
+    from evotrainer.contracts import agent_calls
+    from evotrainer.layout import RunLayout
+
+    loop = RunLayout(tmp_path / "loop")
+    loop.root.mkdir(parents=True)
+    rows, parent = [], None
+    for g, (cid, file, hypothesis) in enumerate(path):
+        rows.append({"generation": g, "candidate_id": cid, "intervention": cid, "diff": _diff(file, "z"),
+                     "verdict": "promoted", "targeted_findings": [] if not hypothesis else ["f"],
+                     "hypothesis": hypothesis, "parent_generation": parent[0] if parent else None,
+                     "parent_candidate_id": parent[1] if parent else None})
+        parent = (g, cid)
+    pd.DataFrame(rows).to_parquet(loop.lineage)
+    harness(loop.gen(0).harness, SHIPPED.replace("return 1.0", "return 2.0"), "lr: 8.0e-4\n")
+    last = loop.gen(len(path)).harness
+    last.mkdir(parents=True)
+    for name, text in final.items():
+        (last / name).write_text(text)
+    if tools is not None:
+        call = agent_calls.CallRecord(run="r", generation=0, agent="claude", model="m", call_index=0, outcome="ok",
+                                      attempts=1, started_at=0.0, latency_s=0.0, request_chars=1, tool_calls=tools)
+        loop.gen(0).agent_calls.parent.mkdir(parents=True, exist_ok=True)
+        agent_calls.write(loop.gen(0).agent_calls, [call])
+    return loop
+
+
+def test_a_path_that_halves_the_rate_back_to_the_shipped_value_is_the_loops_repair(tmp_path):
+    from evotrainer.stages.flaws_repairs import loop_repairs
+
+    reference = harness(tmp_path / "reference", SHIPPED, "lr: 2.0e-4\n")
+    flaw = Flaw(name="lr_x4", folder=tmp_path, diff=LR_FLAW)
+    halves = [("lower_lr", "recipe.yaml", "val accuracy flat, loss spikes: the rate is too high")] * 2
+    out = loop_repairs(_loop_with_path(tmp_path / "a", halves, {"reward.py": SHIPPED, "recipe.yaml": "lr: 0.0002\n"}),
+                       flaw, reference)
+    assert out["restored_shipped"] == ["recipe.yaml"] and out["provenance"]["blind"] and out["repair_counts"]
+    # the same path through an LLM agent whose calls are its read-only tools counts too
+    tools = ["read_harness_file", "query_evidence", "read_findings", "submit_candidate"]
+    loop = _loop_with_path(tmp_path / "b", halves, {"recipe.yaml": "lr: 2.0e-4\n"}, tools=tools)
+    assert loop_repairs(loop, flaw, reference)["repair_counts"]
+    # a tool the agent does not have, or a step with no evidence behind it, leaves the shipped text unexplained
+    loop = _loop_with_path(tmp_path / "c", halves, {"recipe.yaml": "lr: 2.0e-4\n"}, tools=["read_file"])
+    out = loop_repairs(loop, flaw, reference)
+    assert out["provenance"]["tools_outside"] == ["read_file"] and not out["repair_counts"]
+    bare = [("lower_lr", "recipe.yaml", "")] * 2
+    out = loop_repairs(_loop_with_path(tmp_path / "d", bare, {"recipe.yaml": "lr: 2.0e-4\n"}), flaw, reference)
+    assert out["provenance"]["without_evidence"] == ["gen0/lower_lr", "gen1/lower_lr"] and not out["repair_counts"]
+
+
+def test_an_exact_one_line_reward_fix_counts_and_an_import_of_the_shipped_reward_does_not(tmp_path):
+    from evotrainer.stages.flaws_repairs import loop_repairs
+
+    reference = harness(tmp_path / "reference", SHIPPED)
+    flaw = Flaw(name="pays_two", folder=tmp_path, diff="--- a/reward.py\n+++ b/reward.py\n@@ -1 +1 @@\n-x\n+y\n")
+    fix = [("fix_return", "reward.py", "the reward pays 2.0 where the verifier pays 1.0")]
+    out = loop_repairs(_loop_with_path(tmp_path / "a", fix, {"reward.py": SHIPPED}), flaw, reference)
+    assert out["restored_shipped"] == ["reward.py"] and out["repair_counts"]
+    reach = {"reward.py": "from evotrainer.tasks.harnesses.default import reward\ncompute_score = reward.compute_score\n"}
+    out = loop_repairs(_loop_with_path(tmp_path / "b", fix, reach), flaw, reference)
+    assert out["reaches_shipped"] == ["reward.py"] and out["provenance"]["blind"] and not out["repair_counts"]

@@ -130,6 +130,7 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
     row["seeds_missing"] = sorted(s for s, m in matrices.items() if m is None)
     row["repairs"] = {s: entry.get("repairs", []) for s, entry in seeds.items()}
     row["knob_moves"] = {s: entry.get("knob_moves", []) for s, entry in seeds.items() if entry.get("knob_moves")}
+    row["ended_at_shipped"] = {s: entry["restored_shipped"] for s, entry in seeds.items() if entry.get("restored_shipped")}
     row["repair_not_counted"] = {s: {"restored_shipped": entry.get("restored_shipped", []),
                                      "reaches_shipped": entry.get("reaches_shipped", [])}
                                  for s, entry in seeds.items() if entry.get("repair_counts") is False}
@@ -191,8 +192,8 @@ def write_markdown(table: dict) -> str:
              "charge), warm (the SFT policy, untrained). Recovery is against the best floor; the verdict is the "
              f"interval's: recovers where its lower end is >= {goal}%.", "",
              "| flaw | knob | status | flawed | matched | warm | reference | gap | loop | loop recovery [CI] | verdict "
-             "| tuner | tuner recovery [CI] | verdict | charged per arm | job-s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| at shipped text | tuner | tuner recovery [CI] | verdict | charged per arm | job-s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in table["flaws"]:
         acc = row.get("test_accuracy") or {}
         rec, ci, verdict = row.get("recovery") or {}, row.get("recovery_ci") or {}, row.get("verdict") or {}
@@ -207,10 +208,14 @@ def write_markdown(table: dict) -> str:
             str(row["flaw"]), "yes" if row.get("knob_fixable") else "no", status, *floors,
             _pct(acc.get("reference")), _pct(row.get("gap")),
             _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")), _verdict_cell(verdict.get("loop")),
+            _shipped_cell(row.get("ended_at_shipped") or {}, row.get("repair_not_counted") or {}),
             _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")), _verdict_cell(verdict.get("tuner")),
             _charged_cell(row.get("charged") or {}), _int(row.get("job_seconds"))]) + " |")
     verdict = table["verdict"]
-    lines += ["", "\\* the best floor, the one recovery is measured from.", "",
+    lines += ["", "\\* the best floor, the one recovery is measured from. At shipped text: the seeds whose loop ended with a "
+              "file the flaw changed back at its shipped text; counted as the loop's repair where its promoted path was "
+              "blind (each step from evidence, only the agent's read-only tools), else (\"not counted\") scored as the "
+              "flawed arm.", "",
               f"Non-knob flaws admitted: {verdict['non_knob_admitted']}; by the interval the loop recovers >= {goal}% "
               f"on {verdict[f'loop_recovers_{goal}pct']} (undecided: {verdict['loop_undecided']}), the tuner on "
               f"{verdict[f'tuner_recovers_{goal}pct']} (undecided: {verdict['tuner_undecided']}). Point estimates "
@@ -237,6 +242,13 @@ def write_markdown(table: dict) -> str:
         if row.get("detail"):
             lines.append(f"- {row['flaw']}: {row['detail'][:400]}")
     return "\n".join(lines) + "\n"
+
+
+def _shipped_cell(ended: dict, not_counted: dict) -> str:
+    """The seeds whose loop ended at the shipped text of a file the flaw changed, marked where it did not count."""
+    if not ended:
+        return "–"
+    return ", ".join(f"{seed}{' (not counted)' if seed in not_counted else ''}" for seed in sorted(ended))
 
 
 def _verdict_cell(verdict: str | None) -> str:

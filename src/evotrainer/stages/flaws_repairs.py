@@ -9,11 +9,17 @@ environment) and its measured ``effect``; one whose added code reads the task's 
 ``extra_info["verification"]``) is labelled ``verifier_fallback``, so a reader sees which repairs needed the
 verdict and which rewrote the harness's own logic. A promoted change of recipe knobs alone is a ``knob_moves``
 entry, not a repair; a promoted change with no measured effect (or of diagnostics alone) is an ``other_changes``
-entry. The agent never reads
-the shipped harness, the flaw's diff or its description; a final harness that restores a file the flaw changed
-to its shipped text (equal up to formatting: Python compared by its syntax tree, YAML by its data, other
-files by their non-blank lines) or that imports or names a shipped harness file does not count as a repair:
-the flaws table counts that seed's loop as the flawed harness.
+entry.
+
+Provenance, not the final text, decides whether the loop's harness counts (docs/flaws.md "A repair that lands on
+the shipped text"). A final harness that imports or names a shipped harness file (``reaches_shipped``) never
+counts: the flaws table scores that seed's loop as the flawed harness. A final harness with a file the flaw
+changed back at its shipped text (``restored_shipped``: equal up to formatting, Python by its syntax tree, YAML
+by its data, other files by their non-blank lines) counts when its path was ``blind``: every promoted change on
+it carries the evidence it was proposed from (a hypothesis or targeted findings), and every tool the agent
+called in those generations (``agent_calls.parquet``) is one of the agent's read-only tools, whose paths the
+propose stage fixes to the parent harness and the generation's evidence (evotrainer.agents.tools). An exact fix
+of the one wrong line writes the shipped text; that is the best a repair can do.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from evotrainer.agents.tools import TOOL_SPECS
 from evotrainer.contracts.candidate import touched_files
 from evotrainer.contracts.flaw import Flaw
 from evotrainer.layout import RunLayout
@@ -55,8 +62,47 @@ def loop_repairs(loop: RunLayout, flaw: Flaw, reference: Path) -> dict[str, Any]
     start = loop.gen(0).harness
     restored, reaches = (shipped_contact(final, flaw, reference, start=start if start.is_dir() else None)
                          if final else ([], []))
-    return changes | {"restored_shipped": restored, "reaches_shipped": reaches,
-                      "repair_counts": not restored and not reaches}
+    provenance = path_provenance(loop, changes)
+    return changes | {"restored_shipped": restored, "reaches_shipped": reaches, "provenance": provenance,
+                      "repair_counts": counts(restored, reaches, provenance)}
+
+
+# what an LLM agent may call: read-only tools over paths the propose stage fixed, and the two that end a turn
+AGENT_TOOLS = frozenset(spec["name"] for spec in TOOL_SPECS)
+
+
+def counts(restored: list[str], reaches: list[str], provenance: dict[str, Any] | None) -> bool:
+    """Whether the loop's final harness counts as its own: never when it reaches for a shipped harness; at the
+    shipped text only when its promoted path was blind (provenance; an entry without one was not)."""
+    return not reaches and (not restored or bool(provenance and provenance.get("blind")))
+
+
+def path_provenance(loop: RunLayout, changes: dict[str, list[dict]]) -> dict[str, Any]:
+    """Where the promoted path's changes came from: the ones without the evidence they were proposed from (no
+    hypothesis, no targeted finding) and the tools called in their generations that are not the agent's
+    read-only tools (an unreadable call log counts as such a tool: nothing shows what was read)."""
+    steps = [change for kind in ("repairs", "knob_moves", "other_changes") for change in changes[kind]]
+    without = [f"gen{c['generation']}/{c['candidate_id']}" for c in steps
+               if not c["hypothesis"].strip() and not c["targeted_findings"]]
+    tools: set[str] = set()
+    for generation in sorted({c["generation"] for c in steps}):
+        tools |= _called_tools(loop.gen(generation).agent_calls) - AGENT_TOOLS
+    return {"steps": len(steps), "without_evidence": without, "tools_outside": sorted(tools),
+            "blind": not without and not tools}
+
+
+def _called_tools(path: Path) -> set[str]:
+    """The tool names an LLM agent called (its agent_calls.parquet); none where no LLM agent ran (the heuristic
+    agent calls no tool: it reads the parent harness and the evidence it is handed)."""
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        return set()
+    try:
+        column = pq.read_table(path, columns=["tool_calls"]).column("tool_calls").to_pylist()
+    except (OSError, ValueError, KeyError):
+        return {"<unreadable agent_calls.parquet>"}
+    return {str(name) for names in column if names for name in names}
 
 
 # the trainer's verdict as every reward receives it (extra_info["verification"]): added code that reads it defers
@@ -116,7 +162,8 @@ def recount_reaches(loop: RunLayout, entry: dict[str, Any]) -> dict[str, Any]:
     if final is None or not start.is_dir() or "reaches_shipped" not in entry:
         return entry
     reaches = reaching_files(final, start)
-    return entry | {"reaches_shipped": reaches, "repair_counts": not entry.get("restored_shipped") and not reaches}
+    return entry | {"reaches_shipped": reaches,
+                    "repair_counts": counts(entry.get("restored_shipped") or [], reaches, entry.get("provenance"))}
 
 
 def _final_harness(loop: RunLayout) -> Path | None:
