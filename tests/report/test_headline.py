@@ -116,11 +116,10 @@ def _rollouts(path, correct: list[bool]) -> None:
     pd.DataFrame({"prompt_id": [f"test-{i:06d}" for i in range(len(correct))], "correct": correct}).to_parquet(path)
 
 
-def test_test_rollouts_give_a_two_level_interval_over_seeds_and_prompts(tmp_path):
-    """With each arm's test rollouts on disk the interval resamples seeds and then prompts: 3 seeds whose
-    difference is exactly the same (+0.05) get a real interval around it from the 1,000 prompts, where a
-    bootstrap over the seeds alone would give one point; an arm equal to the evolved one on every prompt
-    gets [0, 0]."""
+def test_test_rollouts_bound_the_interval_by_the_test_sets_noise(tmp_path):
+    """With each arm's test rollouts on disk the seeds' variance is at least their within-seed variance: 3 seeds
+    whose difference is exactly the same (+0.05) get a real interval around it from the 1,000 prompts, where the
+    seeds alone would give one point; an arm equal to the evolved one on every prompt gets [0, 0]."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -141,9 +140,10 @@ def test_test_rollouts_give_a_two_level_interval_over_seeds_and_prompts(tmp_path
     headline.run(mains, str(out), str(tmp_path / "headline.png"))
     result = json.loads(out.read_text())
     table = {row["arm"]: row for row in result["arms"]}
-    assert result["interval"] == headline.TWO_LEVEL == table["baseline"]["interval"]
+    assert result["interval"] == headline.METHOD + headline.WITHIN == table["baseline"]["interval"]
     assert result["difference_mean"] == pytest.approx(0.05)
     assert 0.02 < result["ci_low"] < 0.05 < result["ci_high"] < 0.08
+    assert result["verdict"] == "too_few_seeds" and not result["goal_met"]  # 3 seeds: an interval, no verdict
     assert table["baseline_matched"]["ci_low"] == table["baseline_matched"]["ci_high"] == 0.0
     # without the rollouts: the seeds alone, which cannot see the test set's noise
     for path in tmp_path.glob("r-seed*/eval"):
@@ -152,5 +152,45 @@ def test_test_rollouts_give_a_two_level_interval_over_seeds_and_prompts(tmp_path
         shutil.rmtree(path)
     headline.run(mains, str(out), str(tmp_path / "headline.png"))
     result = json.loads(out.read_text())
-    assert result["interval"] == headline.OVER_SEEDS
+    assert result["interval"] == headline.METHOD
     assert result["ci_low"] == pytest.approx(0.05) and result["ci_high"] == pytest.approx(0.05)
+
+
+def _five_seeds(tmp_path, evolved, **arms) -> dict:
+    mains = []
+    for s, value in enumerate(evolved):
+        main = tmp_path / f"r-seed{s}" / "summary.json"
+        main.parent.mkdir(parents=True)
+        main.write_text(json.dumps(_summary(f"r-seed{s}", value, **{f"{arm}_test_accuracy": values[s]
+                                                                      for arm, values in arms.items()})))
+        mains.append(str(main))
+    out = tmp_path / "headline.json"
+    headline.run(mains, str(out), str(tmp_path / "headline.png"))
+    return json.loads(out.read_text())
+
+
+def test_the_goal_is_the_whole_charges_recipe_not_the_equal_steps_arm(tmp_path):
+    # measured shape: under rungs the equal-steps arm trains on a quarter of the charge, so the loop beats it by
+    # 8 points while it only ties the fixed recipe trained on the whole charge
+    evolved = [0.50, 0.48, 0.52, 0.49, 0.51]
+    result = _five_seeds(tmp_path, evolved, baseline=[e - 0.08 for e in evolved],
+                         baseline_search=[0.51, 0.47, 0.50, 0.50, 0.52])
+    assert result["verdict"] == "beats" and result["goal_met"] is False  # the top level is the goal's, not the arm's
+    assert result["vs_baseline_search"]["verdict"] == "ties"
+    assert result["goal_judged_against"] == {"baseline_search": "ties"}
+    better = _five_seeds(tmp_path / "b", evolved, baseline=[e - 0.08 for e in evolved],
+                         baseline_search=[e - 0.06 - 0.002 * i for i, e in enumerate(evolved)])
+    assert better["vs_baseline_search"]["verdict"] == "beats" and better["goal_met"] is True
+
+
+def test_five_seeds_that_disagree_tie_where_a_bootstrap_over_them_would_say_beats(tmp_path):
+    import numpy as np
+
+    diffs = np.array([0.09, 0.08, 0.06, 0.0, -0.01])  # three seeds ahead, one even, one behind
+    baseline = np.full(5, 0.4)
+    result = _five_seeds(tmp_path, list(baseline + diffs), baseline=list(baseline), baseline_search=list(baseline))
+    rng = np.random.default_rng(0)
+    old = np.quantile(diffs[rng.integers(0, 5, (10_000, 5))].mean(axis=1), 0.025)  # the old percentile bootstrap
+    assert old > 0 > result["vs_baseline_search"]["ci_low"]
+    assert result["vs_baseline_search"]["verdict"] == "ties" and not result["goal_met"]
+    assert result["vs_baseline_search"]["detectable"] > result["vs_baseline_search"]["ci_high"] - diffs.mean()

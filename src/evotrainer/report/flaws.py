@@ -13,17 +13,22 @@ With ``acc`` the mean over seeds of the test accuracy and ``floor`` the best of 
     recovery(arm) = (acc(arm) - floor) / (acc(reference) - floor)
 
 1 is the whole gap closed, 0 no more than doing nothing scores. A flaw is admitted only where the gap
-``acc(reference) - floor`` is at least ``flaws.min_gap``. The interval is a two-level bootstrap (seeds with
-replacement, then test prompts within each seed, paired across the arms; the floor is taken again in each
-resample); a resample whose gap is not above zero has no recovery and is left out (its share is reported).
+``acc(reference) - floor`` is at least ``flaws.min_gap``. The seed is the unit of the interval
+(report/intervals.py): each seed's recovery from its own arms (a seed whose reference does not beat its best
+floor has none, and is left out), then Student's t over those values, its variance at least the seeds' mean
+within-seed variance (each from resampling that seed's test prompts, paired across the arms). The reported
+recovery is the mean of the seeds' recoveries, the interval's centre.
 
-The verdict comes from the interval alone: an arm **recovers** a flaw where the lower end of its recovery interval
-is at least ``GOAL`` (so above the best floor by 70% of the gap), **does not** where the upper end is below it, and
-is **undecided** otherwise; the point estimate is reported beside it and is never a verdict. The knob-fixable
-flaws are the suite's positive control: the suite is ``valid`` only where the tuner recovers every admitted one.
+The verdict comes from the interval alone, and needs ``MIN_SEEDS`` seeds (fewer: ``too_few_seeds``): an arm
+**recovers** a flaw where the lower end of its recovery interval is at least ``GOAL`` (so above the best floor by
+70% of the gap), **does not** where the upper end is below it, and is **undecided** otherwise; each interval says
+the smallest difference from the goal its design would detect (``detectable``, 80% power). The point estimate is
+reported beside it and is never a verdict. The knob-fixable flaws are the suite's positive control: the suite is
+``valid`` only where the tuner recovers every admitted one.
 
-A loop whose final harness restores or reaches for a shipped harness file counts as the flawed harness. Outcomes
-measured before the floors existed have ``flawed`` alone (the other floors' columns are empty, and named so).
+A loop whose final harness reaches for a shipped harness file, or lands on its text by a path that was not blind
+(stages/flaws_repairs.py), counts as the flawed harness. Outcomes measured before the floors existed have
+``flawed`` alone (the other floors' columns are empty, and named so).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evotrainer.report.intervals import METHOD, MIN_SEEDS, TOO_FEW_SEEDS, seed_interval
+
 ARMS = ("loop", "tuner", "flawed", "reference", "flawed_matched", "warm_start")
 REQUIRED = ("loop", "tuner", "flawed", "reference")
 FLOORS = ("flawed", "flawed_matched", "warm_start")
@@ -41,7 +48,7 @@ SEARCHED = ("loop", "tuner")
 REFERENCE = ARMS.index("reference")
 GOAL = 0.70  # the issue's goal: the loop recovers at least this share of the gap on most non-knob flaws
 NOT_ADMITTED = "not_admitted"  # the verdict of a flaw whose gap is under flaws.min_gap: none
-N_RESAMPLES = 2000
+N_WITHIN = 300  # prompt resamples per seed for a recovery's within-seed variance
 
 
 def per_prompt(path: str | None) -> pd.Series | None:
@@ -92,28 +99,26 @@ def _seed_means(matrices: list[np.ndarray]) -> np.ndarray:
         return np.nanmean(matrices, axis=0)
 
 
-def bootstrap(matrices: list[np.ndarray], confidence: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
-    """(low, high) recovery per arm and the share of resamples with no gap (two-level bootstrap)."""
+def seed_recoveries(matrices: list[np.ndarray], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(per seed: the recovery of each arm from its own accuracies; per seed: each recovery's squared standard
+    error over its test prompts, from N_WITHIN prompt resamples). A seed whose reference does not beat its best
+    floor has no recovery (nan)."""
     rng = np.random.default_rng(seed)
-    draws = np.empty((N_RESAMPLES, matrices[0].shape[1]))
-    for b in range(N_RESAMPLES):
-        chosen = rng.integers(0, len(matrices), len(matrices))
-        draws[b] = _seed_means([matrices[i][rng.integers(0, len(matrices[i]), len(matrices[i]))].mean(axis=0)
-                                for i in chosen])
-    rec = recovery_of(draws)
-    alpha = (1 - confidence) / 2
-    no_gap = float(np.isnan(rec[:, REFERENCE]).mean())
-    if no_gap >= 1.0:
-        return np.full(draws.shape[1], np.nan), np.full(draws.shape[1], np.nan), no_gap
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        low = np.nanquantile(rec, alpha, axis=0)
-        high = np.nanquantile(rec, 1 - alpha, axis=0)
-    return low, high, no_gap
+    values = np.stack([recovery_of(m.mean(axis=0)[None, :])[0] for m in matrices])
+    within = np.empty_like(values)
+    for i, m in enumerate(matrices):
+        draws = m[rng.integers(0, len(m), (N_WITHIN, len(m)))].mean(axis=1)  # (N_WITHIN, arms)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            within[i] = np.nanvar(recovery_of(draws), axis=0, ddof=1)
+    return values, within
 
 
-def verdict_of(low: float | None, high: float | None) -> str:
-    """From the interval alone: recovers (lower end >= GOAL), does_not (upper end < GOAL), else undecided."""
+def verdict_of(low: float | None, high: float | None, n: int | None = None) -> str:
+    """From the interval alone: recovers (lower end >= GOAL), does_not (upper end < GOAL), else undecided;
+    ``too_few_seeds`` under MIN_SEEDS seeds (``n`` None: not checked)."""
+    if n is not None and n < MIN_SEEDS:
+        return TOO_FEW_SEEDS
     if low is None or high is None:
         return "undecided"
     return "recovers" if low >= GOAL else ("does_not" if high < GOAL else "undecided")
@@ -141,8 +146,10 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
         return row
     acc = _seed_means([m.mean(axis=0) for m in usable])
     floor = float(floor_of(acc[None, :])[0])
-    rec = recovery_of(acc[None, :])[0]
-    low, high, no_gap = bootstrap(usable, confidence)
+    values, within = seed_recoveries(usable)
+    intervals = {arm: seed_interval(values[:, ARMS.index(arm)], confidence, within[:, ARMS.index(arm)])
+                 for arm in SEARCHED}
+    no_gap = float(np.isnan(values[:, REFERENCE]).mean())
     gap = float(acc[REFERENCE] - floor)
     floors = {arm: _num(acc[ARMS.index(arm)], 4) for arm in FLOORS}
     row |= {"test_accuracy": {arm: _num(a, 4) for arm, a in zip(ARMS, acc, strict=True)},
@@ -150,11 +157,15 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
             "best_floor": {"arm": max((a for a in FLOORS if floors[a] is not None), key=lambda a: floors[a]),
                            "test_accuracy": round(floor, 4)},
             "gap": round(gap, 4), "admitted": gap >= min_gap, "no_gap_share": round(no_gap, 4),
-            "recovery": {arm: _num(rec[ARMS.index(arm)]) for arm in SEARCHED},
-            "recovery_ci": {arm: [_num(low[ARMS.index(arm)]), _num(high[ARMS.index(arm)])] for arm in SEARCHED}}
+            # the mean of the seeds' own recoveries (the interval's centre), per seed, and the interval
+            "recovery": {arm: _num(intervals[arm]["mean"]) for arm in SEARCHED},
+            "recovery_per_seed": {arm: [_num(v) for v in values[:, ARMS.index(arm)]] for arm in SEARCHED},
+            "recovery_ci": {arm: [_num(intervals[arm]["low"]), _num(intervals[arm]["high"])] for arm in SEARCHED},
+            "recovery_seeds": {arm: intervals[arm]["n"] for arm in SEARCHED},
+            "detectable": {arm: _num(intervals[arm]["detectable"]) for arm in SEARCHED}}
     # a flaw without the gap is reported, never judged: its interval is against a floor the reference barely beats
-    row["verdict"] = {arm: verdict_of(*row["recovery_ci"][arm]) if row["admitted"] else NOT_ADMITTED
-                      for arm in SEARCHED}
+    row["verdict"] = {arm: verdict_of(*row["recovery_ci"][arm], n=intervals[arm]["n"]) if row["admitted"]
+                      else NOT_ADMITTED for arm in SEARCHED}
     return row
 
 
@@ -171,16 +182,19 @@ def suite_table(records: list[dict], tuner: str, seeds: int, min_gap: float, con
         "non_knob_admitted": len(flaws),
         **{f"{arm}_recovers_{goal}": [r["flaw"] for r in flaws if r["verdict"][arm] == "recovers"] for arm in SEARCHED},
         **{f"{arm}_undecided": [r["flaw"] for r in flaws if r["verdict"][arm] == "undecided"] for arm in SEARCHED},
+        **{f"{arm}_too_few_seeds": [r["flaw"] for r in flaws if r["verdict"][arm] == TOO_FEW_SEEDS]
+           for arm in SEARCHED},
         # point estimates: reported, never a verdict
         **{f"{arm}_point_{goal}": [r["flaw"] for r in flaws if (r["recovery"].get(arm) or -np.inf) >= GOAL]
            for arm in SEARCHED},
         "controls": controls,
         "control_status": ("none admitted" if not controls else
-                           "passed" if all(v == "recovers" for v in controls.values()) else "invalid"),
+                           "passed" if all(v == "recovers" for v in controls.values()) else
+                           "too few seeds" if TOO_FEW_SEEDS in controls.values() else "invalid"),
     }
     return {"tuner": tuner, "seeds": seeds, "min_gap": min_gap, "confidence": confidence, "goal": GOAL,
             "floors": list(FLOORS),
-            "interval": "two-level bootstrap: seeds, then test prompts within each seed (paired across arms)",
+            "interval": METHOD, "min_seeds": MIN_SEEDS,
             "flaws": rows, "verdict": verdict}
 
 
@@ -189,8 +203,10 @@ def write_markdown(table: dict) -> str:
     lines = [f"# Flaws suite (tuner: {table['tuner']}, {table['seeds']} seed(s), admitted where reference - best floor "
              f">= {table['min_gap']:.2f})", "",
              "Floors: flawed (the flawed harness, whole charge), matched (the flawed harness at the returned policy's "
-             "charge), warm (the SFT policy, untrained). Recovery is against the best floor; the verdict is the "
-             f"interval's: recovers where its lower end is >= {goal}%.", "",
+             "charge), warm (the SFT policy, untrained). Recovery is against the best floor, the mean of the seeds' "
+             "own; its interval is Student's t over the seeds (n seeds; detects: the smallest difference from the goal "
+             f"it would find with 80% power). The verdict is the interval's, from {MIN_SEEDS} seeds: recovers where "
+             f"its lower end is >= {goal}%.", "",
              "| flaw | knob | status | flawed | matched | warm | reference | gap | loop | loop recovery [CI] | verdict "
              "| at shipped text | tuner | tuner recovery [CI] | verdict | charged per arm | job-s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -207,9 +223,9 @@ def write_markdown(table: dict) -> str:
         lines.append("| " + " | ".join([
             str(row["flaw"]), "yes" if row.get("knob_fixable") else "no", status, *floors,
             _pct(acc.get("reference")), _pct(row.get("gap")),
-            _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop")), _verdict_cell(verdict.get("loop")),
+            _pct(acc.get("loop")), _rec(rec.get("loop"), ci.get("loop"), row, "loop"), _verdict_cell(verdict.get("loop")),
             _shipped_cell(row.get("ended_at_shipped") or {}, row.get("repair_not_counted") or {}),
-            _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner")), _verdict_cell(verdict.get("tuner")),
+            _pct(acc.get("tuner")), _rec(rec.get("tuner"), ci.get("tuner"), row, "tuner"), _verdict_cell(verdict.get("tuner")),
             _charged_cell(row.get("charged") or {}), _int(row.get("job_seconds"))]) + " |")
     verdict = table["verdict"]
     lines += ["", "\\* the best floor, the one recovery is measured from. At shipped text: the seeds whose loop ended with a "
@@ -217,8 +233,9 @@ def write_markdown(table: dict) -> str:
               "blind (each step from evidence, only the agent's read-only tools), else (\"not counted\") scored as the "
               "flawed arm.", "",
               f"Non-knob flaws admitted: {verdict['non_knob_admitted']}; by the interval the loop recovers >= {goal}% "
-              f"on {verdict[f'loop_recovers_{goal}pct']} (undecided: {verdict['loop_undecided']}), the tuner on "
-              f"{verdict[f'tuner_recovers_{goal}pct']} (undecided: {verdict['tuner_undecided']}). Point estimates "
+              f"on {verdict[f'loop_recovers_{goal}pct']} (undecided: {verdict['loop_undecided']}; too few seeds: "
+              f"{verdict['loop_too_few_seeds']}), the tuner on {verdict[f'tuner_recovers_{goal}pct']} (undecided: "
+              f"{verdict['tuner_undecided']}; too few seeds: {verdict['tuner_too_few_seeds']}). Point estimates "
               f">= {goal}% (no verdict): loop {verdict[f'loop_point_{goal}pct']}, tuner {verdict[f'tuner_point_{goal}pct']}. "
               f"Positive control (the tuner on the knob-fixable flaws): **{verdict['control_status']}** "
               f"{verdict['controls'] or ''}. Failed: {verdict['failed'] or 'none'}. Not admitted: "
@@ -252,7 +269,8 @@ def _shipped_cell(ended: dict, not_counted: dict) -> str:
 
 
 def _verdict_cell(verdict: str | None) -> str:
-    return "–" if verdict is None else "(no verdict)" if verdict == NOT_ADMITTED else verdict
+    return ("–" if verdict is None else "(no verdict)" if verdict == NOT_ADMITTED else
+            "too few seeds" if verdict == TOO_FEW_SEEDS else verdict)
 
 
 def _charged_cell(charged: dict) -> str:
@@ -312,11 +330,15 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def _rec(value: float | None, ci: list | None) -> str:
+def _rec(value: float | None, ci: list | None, row: dict, arm: str) -> str:
+    """The recovery, its interval, the seeds it rests on and the smallest difference it would detect."""
     if value is None:
         return "–"
     low, high = (ci or [None, None])
-    return f"{value:+.2f} [{_opt(low)}, {_opt(high)}]"
+    n, detectable = (row.get("recovery_seeds") or {}).get(arm), (row.get("detectable") or {}).get(arm)
+    design = f" n={n}" if n is not None else ""
+    design += f", detects ±{detectable:.2f}" if detectable is not None else ""
+    return f"{value:+.2f} [{_opt(low)}, {_opt(high)}]{design}"
 
 
 def _opt(value: float | None) -> str:
