@@ -155,7 +155,7 @@ def test_arms_charged_differently_are_marked_unequal(tmp_path):
     assert "unequal" not in next(line for line in text.splitlines() if line.startswith("| resp |"))
 
 
-# ---------------------------------------------------------------- seeds that disagree (issue 67)
+# ---------------------------------------------------------------- seeds that disagree
 def seeded_record(tmp_path, flaw: str, recoveries: list[float], n: int = 2000) -> dict:
     """A flaw whose seed s has loop recovery ``recoveries[s]`` exactly (flawed 0.2, reference 0.5: the loop at
     0.2 + 0.3 r); every arm's right answers are the first prompts, so the seeds' spread is all there is."""

@@ -194,3 +194,20 @@ def test_five_seeds_that_disagree_tie_where_a_bootstrap_over_them_would_say_beat
     assert old > 0 > result["vs_baseline_search"]["ci_low"]
     assert result["vs_baseline_search"]["verdict"] == "ties" and not result["goal_met"]
     assert result["vs_baseline_search"]["detectable"] > result["vs_baseline_search"]["ci_high"] - diffs.mean()
+
+
+def test_a_saved_headline_is_recomputed_from_its_per_seed_accuracies(tmp_path):
+    # the pilot's shape: 3 seeds, evolved - fixed at the whole charge +0.005, +0.0145, +0.0425; the saved
+    # two-level bootstrap gave [-0.005, +0.042], Student's t at 2 degrees of freedom gives about [-0.042, +0.077]
+    seeds = [{"run": f"p-seed{s}", "evolved": e, "baseline_search": b, "baseline": b - 0.05}
+             for s, (e, b) in enumerate([(0.5305, 0.5355), (0.5635, 0.549), (0.5665, 0.524)])]
+    saved = tmp_path / "headline.json"
+    saved.write_text(json.dumps({"per_seed": seeds, "ci_low": 0.05, "ci_high": 0.06, "interval": "old",
+                                 "vs_baseline_search": {"ci_low": -0.005, "ci_high": 0.042, "interval": "old"},
+                                 "arms": [{"arm": "evolved"}, {"arm": "baseline"}, {"arm": "baseline_search"}]}))
+    headline.recompute(str(saved), str(tmp_path / "out.json"))
+    out = json.loads((tmp_path / "out.json").read_text())
+    whole = out["vs_baseline_search"]
+    assert whole["ci_low"] == pytest.approx(-0.042, abs=0.001) and whole["ci_high"] == pytest.approx(0.077, abs=0.001)
+    assert out["saved_intervals"]["baseline_search"][:2] == [-0.005, 0.042]
+    assert whole["verdict"] == "too_few_seeds" and out["goal_met"] is False

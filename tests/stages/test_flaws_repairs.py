@@ -181,7 +181,7 @@ def test_the_loops_promoted_changes_are_sorted_into_repairs_knob_moves_and_other
     assert [m["intervention"] for m in out["knob_moves"]] == ["lower_lr"] and out["other_changes"] == []
 
 
-# ---------------------------------------------------------------- a repair that lands on the shipped text (issue 70)
+# ---------------------------------------------------------------- a repair that lands on the shipped text
 LR_FLAW = "--- a/recipe.yaml\n+++ b/recipe.yaml\n@@ -1 +1 @@\n-lr: 2.0e-4\n+lr: 8.0e-4\n"
 
 

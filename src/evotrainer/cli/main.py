@@ -263,6 +263,11 @@ STAGES: dict[str, Command] = {
                         helps={"summaries": "each seed run's summary.json",
                                "arm-summaries": "the search arms' summary.json files (<seed run>-search_control, "
                                                 "-random, ...)"}),
+    "headline-recompute": Command("evotrainer.report.headline:recompute", ("saved-json", "out-json"),
+                                  "a saved headline.json's comparisons again from its per-seed accuracies, under the "
+                                  "current interval and seed rule",
+                                  helps={"saved-json": "a headline.json written before (docs/measured/...)",
+                                         "out-json": "the recomputed comparisons to write"}),
     "summary": Command("evotrainer.stages.summary:run", ("init-metrics", "selections+", "evolved-test", "baseline-test?",
                                                           "baseline-metrics?", "matched-test?", "matched-metrics?", "search-test?", "search-metrics?",
                                                           "tuned-test?", "tuned-metrics?", "elite?",

@@ -311,6 +311,43 @@ def run(summaries: list[str], out_json: str, out_png: str, arm_summaries: list[s
     _plot(result, rows, out_png)
 
 
+def recompute(saved_json: str, out_json: str) -> None:
+    """A saved headline.json's comparisons again from its per-seed accuracies, under the current interval and
+    seed rule; what it cannot redo is said: without the runs' test rollouts, no within-seed variance."""
+    saved = json.loads(Path(saved_json).read_text())
+    seeds = saved["per_seed"]
+    evolved = np.array([seed["evolved"] for seed in seeds], dtype=float)
+    arms = [row["arm"] for row in saved.get("arms", []) if row["arm"] != "evolved"]
+    compared = {}
+    for arm in arms:
+        values = [seed.get(arm) for seed in seeds]
+        refused = next((row.get("refused") for row in saved["arms"] if row["arm"] == arm), None)
+        if refused or any(v is None for v in values):
+            continue
+        compared[arm] = analyse(evolved, np.array(values, dtype=float))
+    rows = [{"arm": arm, "test_mean": compared[arm]["baseline_mean"], "evolved_minus_arm": c["difference_mean"],
+             **{k: c[k] for k in ("ci_low", "ci_high", "detectable", "interval", "verdict", "goal_met")}}
+            for arm, c in compared.items()]
+    result = {"recomputed_from": str(saved_json), "seeds": len(seeds), "per_seed": seeds, "arms": rows,
+              "vs_baseline_search": compared.get("baseline_search"), "vs_baseline": compared.get("baseline"),
+              "saved_intervals": _saved_intervals(saved, compared),
+              "note": "per-seed accuracies only: the runs' test rollouts are not kept, so no within-seed variance "
+                      "bounds these intervals from below"}
+    write_json(out_json, result | judged_goal(result))
+
+
+def _saved_intervals(saved: dict, compared: dict) -> dict:
+    """The intervals the saved file gave each recomputed comparison: [low, high, method]."""
+    tops = {"baseline": saved, "baseline_search": saved.get("vs_baseline_search") or {},
+            "baseline_matched": saved.get("vs_baseline_matched") or {}}
+    rows = {row["arm"]: row for row in saved.get("arms", [])}
+    out = {}
+    for arm in compared:
+        source = tops.get(arm) if tops.get(arm, {}).get("ci_low") is not None else rows.get(arm, {})
+        out[arm] = [source.get("ci_low"), source.get("ci_high"), source.get("interval")]
+    return out
+
+
 def _plot(result: dict, rows: list[dict], out_png: str) -> None:
     """Test accuracy per arm and seed (lines join a seed's arms), the arms' mean compute under their names."""
     order = [row for row in result["arms"] if row["arm"] != "evolved"] + [result["arms"][0]]
