@@ -187,3 +187,35 @@ def test_the_propose_stage_hands_the_runs_seed_to_the_random_arm(tmp_path):
     assert first and all(c["validation"]["ok"] and c["intervention"].startswith("random:") for c in first)
     assert [c["diff"] for c in candidates(0, "b")] == [c["diff"] for c in first]  # a rerun of the same seed
     assert [c["diff"] for c in candidates(1, "c")] != [c["diff"] for c in first]
+
+
+@pytest.mark.fast
+def test_a_longer_response_under_a_responses_budget_is_refused_and_the_catalogue_does_not_offer_it(tmp_path):
+    """The tuners may not move max_response_len (NOT_SEARCHED): under a responses budget a longer response is
+    compute the ledger does not charge. The loop may not either: propose fails such a candidate
+    (uncharged_compute) and the heuristic agent does not spend a slot on it; under a tokens budget it is charged."""
+    from evotrainer.agents.heuristic import HeuristicAgent
+    from evotrainer.contracts.candidate import Proposal
+    from evotrainer.contracts.intervention import set_recipe_values, unified_diff
+    from evotrainer.stages.propose import _validation
+
+    harness = tmp_path / "h"
+    shutil.copytree(DEFAULT_HARNESS, harness, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (harness / "recipe.yaml").read_text()
+    length = int(load_recipe(harness)["max_response_len"])
+    longer = unified_diff("recipe.yaml", text, set_recipe_values(text, {"max_response_len": length * 2}))
+    shorter = unified_diff("recipe.yaml", text, set_recipe_values(text, {"max_response_len": length // 2}))
+    proposal = Proposal("raise_max_response_len", "h", [], "", longer)
+    refused = _validation(proposal, str(harness), unit="responses")
+    assert refused["failure_label"] == "uncharged_compute" and "ledger does not charge" in refused["error"]
+    assert refused["failure_label"] in lineage.FAILURE_LABELS
+    assert _validation(proposal, str(harness), unit="tokens")["ok"]
+    assert _validation(Proposal("shorter", "h", [], "", shorter), str(harness), unit="responses")["ok"]
+    assert "recipe" not in _validation(proposal, str(harness), unit="tokens")  # the check's recipe is not recorded
+    truncating = [{"name": "truncation_rate", "severity": "critical", "value": 0.9, "threshold": 0.1, "layer": "trusted"}]
+
+    def offered(unit):
+        agent_context = replace(context(harness, ledger_unit=unit), findings=truncating)
+        return {p.intervention for p in HeuristicAgent().propose(agent_context, 30)}
+
+    assert "raise_max_response_len" in offered("tokens") and "raise_max_response_len" not in offered("responses")

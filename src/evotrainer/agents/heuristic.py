@@ -27,6 +27,8 @@ from evotrainer.runtime import diff_hash
 from evotrainer.sandbox.candidate_check import validate
 
 SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}
+# catalogue entries that buy compute a responses budget does not charge (stages/propose.uncharged_compute)
+UNCHARGED_UNDER_RESPONSES = frozenset({"raise_max_response_len"})
 MAX_RESPONSE_LEN = int(RECIPE_SCHEMA["max_response_len"].high)
 
 
@@ -209,6 +211,8 @@ class HeuristicAgent:
         # the generic catalogue, then the task's own (context.extra["interventions"], e.g. the code domain's),
         # then the repairs, which only a flagged finding calls for (and which then come first)
         known = CATALOGUE + tuple(context.extra.get("interventions", ()))
+        if context.extra.get("ledger_unit") == "responses":  # propose refuses what the ledger would not charge
+            known = tuple(i for i in known if i.name not in UNCHARGED_UNDER_RESPONSES)
         for index, intervention in enumerate(known + REPAIRS):
             repair = index >= len(known)
             flagged = [severity.get(t, 0.0) > 0 for t in intervention.triggers]

@@ -23,6 +23,8 @@ FAILURE_LABELS = (
     "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "sandbox_bad_output", "replay_no_signal",
     "replay_low_kept_fraction", "reward_error", "curriculum_error", "train_crash", "oom_killed", "train_timeout",
     "no_gain",
+    # a candidate that buys compute the ledger does not charge (a longer response under a responses budget)
+    "uncharged_compute",
     # a backtest past its budgets (time, responses, scratch disk) or whose training kept too few groups
     "backtest_over_budget", "sandbox_disk", "low_kept_fraction_in_training",
     "vetoed:reward_hacking", "vetoed:reward_correctness", "vetoed:reward_false_positives", "vetoed:length_gaming", "vetoed:exploration_collapse",

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from evotrainer.agents import ProposalContext, make_agent
 from evotrainer.atomic import atomic_dir, read_json, write_json
-from evotrainer.contracts import agent_calls, lineage
+from evotrainer.contracts import agent_calls, ledger, lineage
 from evotrainer.contracts import skill as skills
 from evotrainer.contracts.candidate import CONTROL, Proposal
-from evotrainer.contracts.harness import harness_id
+from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.contracts.text import bounded_text
 from evotrainer.layout import RunLayout
 from evotrainer.runtime import diff_hash
@@ -48,7 +48,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
                                               k=None, min_similarity=cfg.skills.min_similarity)
     gen = run_layout.gen(generation)  # what LLM agents' tools may read (evotrainer.agents.tools)
     context.extra.update(run=cfg.run, run_dir=run_layout.root, rollouts=gen.rollouts,
-                         diagnostics=gen.diagnostics)
+                         diagnostics=gen.diagnostics, ledger_unit=ledger.unit_of(cfg.search.budget_unit))
     agent = make_agent(cfg.agent)
     # population mode: one of the agent's slots re-applies a change verified on another branch (crossover)
     crossed = crossover_proposal(cfg, context, run_layout, generation, harness_dir)
@@ -80,7 +80,8 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
                 "diff_hash": diff_hash(proposal.diff),
                 # an agent's failed candidate (FailedProposal) keeps its label; the rest are checked here, against
                 # the harness they start from (a named parent's: PBT, population branches)
-                "validation": _validation(proposal, harness_dir, diagnosis_json, generation),
+                "validation": _validation(proposal, harness_dir, diagnosis_json, generation,
+                                          ledger.unit_of(cfg.search.budget_unit)),
             }
             record.pop("diff")
             record["hypothesis"] = bounded_text(record.get("hypothesis") or "")
@@ -151,15 +152,18 @@ def crossover_proposal(cfg, context: ProposalContext, run_layout: RunLayout, gen
         "val accuracy above control", found["diff"])
 
 
-def _validation(proposal: Proposal, harness_dir: str, run_path: str | None = None, generation: int = 0) -> dict:
+def _validation(proposal: Proposal, harness_dir: str, run_path: str | None = None, generation: int = 0,
+                unit: str = "responses") -> dict:
     """The candidate's check, its error text bounded; whatever goes wrong checking one candidate fails that
-    candidate (with the error's label where it has one), never the stage and the candidates after it."""
+    candidate (with the error's label where it has one), never the stage and the candidates after it. ``unit``:
+    the ledger's (a candidate that buys what it does not charge fails: uncharged_compute)."""
     result = getattr(proposal, "failure", None)
     if not result:
         try:
             if proposal.parent and run_path:
                 _, harness_dir = starting_point(run_path, asdict(proposal), generation, "", harness_dir)
-            result = validate(harness_dir, proposal.diff)
+            result = validate(harness_dir, proposal.diff, with_recipe=True)
+            result = uncharged_compute(load_recipe(harness_dir), result.pop("recipe", None), unit) or result
         except Exception as err:  # noqa: BLE001 - one candidate's check never stops the others
             label = getattr(err, "label", None)
             result = {"ok": False, "failure_label": label if label in lineage.FAILURE_LABELS else "sandbox_crash",
@@ -167,6 +171,20 @@ def _validation(proposal: Proposal, harness_dir: str, run_path: str | None = Non
     if isinstance(result.get("error"), str):
         result = result | {"error": bounded_text(result["error"])}
     return result
+
+
+def uncharged_compute(parent: dict, recipe: dict | None, unit: str) -> dict | None:
+    """A failed check where the candidate's recipe buys compute the ledger's ``unit`` does not charge: a longer
+    ``max_response_len`` under a responses budget (each response may generate more tokens, and the tuners may
+    not move it: contracts/knob_space.NOT_SEARCHED). Under a tokens budget the ledger charges it. None: fine."""
+    if recipe is None or unit != "responses":
+        return None
+    old, new = int(parent["max_response_len"]), int(recipe["max_response_len"])
+    if new <= old:
+        return None
+    return {"ok": False, "failure_label": "uncharged_compute", "files": [],
+            "error": f"max_response_len {old} -> {new} under a responses budget: a longer response is compute the "
+                     "ledger does not charge (search.budget_unit=tokens charges it)"}
 
 
 def _severities(findings: list[dict]) -> dict[str, str]:
