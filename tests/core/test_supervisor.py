@@ -153,45 +153,62 @@ def test_a_child_started_from_a_short_lived_thread_outlives_the_thread():
     assert child.outcome.kind == "killed"
 
 
-def test_a_signal_kills_the_trees_then_reaches_the_previous_handler_which_is_restored_after():
-    received = []
+# The handlers are process-wide state: another test's supervised child still alive in the same process (a
+# long-lived reward worker, under pytest-xdist any earlier test of the worker) keeps ours installed, by design.
+# So these two run in a process of their own, where nothing else is supervised.
+SIGNAL_PASSED_ON = f"""
+import os, signal, sys
+from evotrainer import supervisor
+received = []
+def previous(signum, frame):
+    received.append(signum)
+signal.signal(signal.SIGHUP, previous)
+child = supervisor.start([sys.executable, "-c", {SLEEPER!r}])
+assert signal.getsignal(signal.SIGHUP) is not previous  # the supervisor's, while it supervises
+os.kill(os.getpid(), signal.SIGHUP)
+try:
+    child.wait_outcome(timeout=10)
+    raise SystemExit("not interrupted")
+except supervisor.Interrupted as err:
+    assert "SIGHUP" in str(err), err
+assert received == [signal.SIGHUP] and child.outcome.kind == "interrupted", (received, child.outcome)
+assert signal.getsignal(signal.SIGHUP) is previous
+print("ok")
+"""
 
-    def previous(signum, _frame):
-        received.append(signum)
+SET_AFTER_A_RELEASE = f"""
+import os, signal, sys, threading
+from evotrainer import supervisor
+child = supervisor.start([sys.executable, "-c", {SLEEPER!r}])
+releaser = threading.Thread(target=child.kill)  # off the main thread: ours cannot be restored there
+releaser.start()
+releaser.join()
+received = []
+def later(signum, frame):
+    received.append(signum)
+signal.signal(signal.SIGHUP, later)
+child = supervisor.start([sys.executable, "-c", {SLEEPER!r}])
+assert signal.getsignal(signal.SIGHUP) is not later
+os.kill(os.getpid(), signal.SIGHUP)
+try:
+    child.wait_outcome(timeout=10)
+    raise SystemExit("not interrupted")
+except supervisor.Interrupted:
+    pass
+assert received == [signal.SIGHUP] and signal.getsignal(signal.SIGHUP) is later, received
+print("ok")
+"""
 
-    old = signal.signal(signal.SIGHUP, previous)
-    try:
-        child = supervisor.start(python(SLEEPER))
-        assert signal.getsignal(signal.SIGHUP) is not previous  # the supervisor's, while it supervises
-        os.kill(os.getpid(), signal.SIGHUP)
-        with pytest.raises(supervisor.Interrupted, match="SIGHUP"):
-            child.wait_outcome(timeout=10)
-        assert received == [signal.SIGHUP] and child.outcome.kind == "interrupted" and gone(child.pid)
-        assert signal.getsignal(signal.SIGHUP) is previous
-    finally:
-        signal.signal(signal.SIGHUP, old)
 
-
-def test_a_handler_set_after_a_release_from_another_thread_is_the_one_passed_on_and_restored():
-    child = supervisor.start(python(SLEEPER))
-    releaser = threading.Thread(target=child.kill)  # off the main thread: ours cannot be restored there
-    releaser.start()
-    releaser.join()
-    received = []
-
-    def later(signum, _frame):
-        received.append(signum)
-
-    old = signal.signal(signal.SIGHUP, later)
-    try:
-        child = supervisor.start(python(SLEEPER))
-        assert signal.getsignal(signal.SIGHUP) is not later
-        os.kill(os.getpid(), signal.SIGHUP)
-        with pytest.raises(supervisor.Interrupted, match="SIGHUP"):
-            child.wait_outcome(timeout=10)
-        assert received == [signal.SIGHUP] and signal.getsignal(signal.SIGHUP) is later
-    finally:
-        signal.signal(signal.SIGHUP, old)
+@pytest.mark.parametrize("code", [SIGNAL_PASSED_ON, SET_AFTER_A_RELEASE], ids=["passed-on-then-restored",
+                                                                             "set-after-a-release-from-a-thread"])
+def test_a_signal_kills_the_trees_then_reaches_the_previous_handler_which_is_restored_after(code):
+    """A signal kills the supervised trees, then reaches the handler that was there before ours (and that one
+    is back once nothing is supervised); a handler set after ours was left installed by a release from another
+    thread is the one passed on and restored."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
 # a supervisor process of its own: supervises SPAWNER (which detaches two grandchildren), prints the pids

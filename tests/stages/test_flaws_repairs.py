@@ -235,7 +235,7 @@ def test_a_path_that_halves_the_rate_back_to_the_shipped_value_is_the_loops_repa
     assert out["provenance"]["tools_outside"] == ["read_file"] and not out["repair_counts"]
     bare = [("lower_lr", "recipe.yaml", "")] * 2
     out = loop_repairs(_loop_with_path(tmp_path / "d", bare, {"recipe.yaml": "lr: 2.0e-4\n"}), flaw, reference)
-    assert out["provenance"]["without_evidence"] == ["gen0/lower_lr", "gen1/lower_lr"] and not out["repair_counts"]
+    assert out["provenance"]["without_evidence"] == ["generation 0 lower_lr", "generation 1 lower_lr"] and not out["repair_counts"]
 
 
 def test_an_exact_one_line_reward_fix_counts_and_an_import_of_the_shipped_reward_does_not(tmp_path):

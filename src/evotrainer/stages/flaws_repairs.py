@@ -82,7 +82,7 @@ def path_provenance(loop: RunLayout, changes: dict[str, list[dict]]) -> dict[str
     hypothesis, no targeted finding) and the tools called in their generations that are not the agent's
     read-only tools (an unreadable call log counts as such a tool: nothing shows what was read)."""
     steps = [change for kind in ("repairs", "knob_moves", "other_changes") for change in changes[kind]]
-    without = [f"gen{c['generation']}/{c['candidate_id']}" for c in steps
+    without = [f"generation {c['generation']} {c['candidate_id']}" for c in steps
                if not c["hypothesis"].strip() and not c["targeted_findings"]]
     tools: set[str] = set()
     for generation in sorted({c["generation"] for c in steps}):
