@@ -6,7 +6,8 @@ process group: the snakemake command and its job shells), a closed terminal (SIG
 to the snakemake process alone (what `kill PID`, a job scheduler or a container stop sends). Before the process
 supervisor, the training children and their reward workers kept running after Ctrl-C; before the workflow's
 SIGTERM handler, SIGTERM was Snakemake's "finish the running jobs first" (minutes of training) and the fork
-server outlived the run by its idle timeout."""
+server outlived the run by its idle timeout. The run up to the backtests is built once (``run_up``) and each
+interrupt resumes a copy of it."""
 
 from __future__ import annotations
 
@@ -67,15 +68,36 @@ def _alive(pids: set[int]) -> set[int]:
     return out
 
 
+def _command(workdir, *targets: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--cores", "2", *targets, "--config", "experiment=quick", "run=default", "search__steps_per_generation=5000",
+            # without the whole-search arm, whose 30,000 steps would hold a core from the start
+            "search__baseline_search=false"]
+
+
+@pytest.fixture(scope="module")
+def run_up(tmp_path_factory):
+    """The three interrupts' common start, built once: the run up to generation 0's proposals (data, the SFT warm
+    start, rollout, diagnosis, propose). Each test resumes a copy of it: its command replays the candidates and
+    starts the backtests it interrupts."""
+    folder = tmp_path_factory.mktemp("run_up")
+    done = subprocess.run(_command(folder, "results/default/gen0/candidates"), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (folder / "results" / "default" / "gen0" / "candidates" / "control").is_dir()
+    assert not (folder / "results" / "default" / "gen0" / "backtest").exists()
+    return folder
+
+
 @pytest.mark.parametrize("signum,whom", [(signal.SIGINT, "group"), (signal.SIGHUP, "group"),
                                          (signal.SIGTERM, "snakemake")], ids=["ctrl-c", "hangup", "sigterm"])
-def test_interrupting_a_run_while_it_trains_leaves_nothing_running(tmp_path, signum, whom):
+def test_interrupting_a_run_while_it_trains_leaves_nothing_running(tmp_path, run_up, signum, whom):
+    import shutil
+
+    shutil.copytree(run_up, tmp_path, symlinks=True, dirs_exist_ok=True)  # copy2: the outputs keep their times
     before = set(psutil.pids())
     env = {k: v for k, v in os.environ.items() if k != "EVOTRAINER_FORKSERVER_IDLE_S"} | {MARK: str(tmp_path)}
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-               "--cores", "2", "--config", "experiment=quick", "run=default", "search__steps_per_generation=5000",
-               # without the whole-search arm, whose 30,000 steps would hold a core from the start
-               "search__baseline_search=false"]
+    command = _command(tmp_path)
     run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 600
