@@ -1,7 +1,11 @@
 """The times a `.ci/run` log printed, as JSON: each step's and tier's wall time, each tier's CPU time, the total.
 
-    bash .ci/run > ci.log 2>&1; python scripts/ci_times.py ci.log --commit "$(git rev-parse --short HEAD)" \
+    head -1 /proc/stat > before; bash .ci/run > ci.log 2>&1; head -1 /proc/stat > after
+    python scripts/ci_times.py ci.log --commit "$(git rev-parse --short HEAD)" --stat before after \
         --note "clean clone, idle 2-core machine" > docs/measured/ci-<commit>.json
+
+``--stat``: the machine's CPU counters (the ``cpu`` line of /proc/stat) before and after the run; the record
+then holds the core-seconds the machine spent busy and idle meanwhile (every process on it, CI's or not).
 
 docs/testing.md's table of times reads these files (docs/measured/ci-*.json).
 """
@@ -34,14 +38,27 @@ def parse(text: str) -> dict:
     return {"steps": steps, "tiers": tiers, "total_wall_s": total}
 
 
+def busy(before: str, after: str, hz: int = 100) -> dict:
+    """Core-seconds busy and idle between two ``cpu`` lines of /proc/stat (USER_HZ ticks)."""
+    a, b = ([int(v) for v in line.split()[1:]] for line in (before, after))
+    delta = [y - x for x, y in zip(a, b, strict=False)]
+    idle = delta[3] + (delta[4] if len(delta) > 4 else 0)  # idle and iowait
+    return {"busy_core_s": round((sum(delta) - idle) / hz), "idle_core_s": round(idle / hz),
+            "busy_share": round((sum(delta) - idle) / sum(delta), 3) if sum(delta) else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=Path)
     parser.add_argument("--commit", required=True)
     parser.add_argument("--note", default="")
+    parser.add_argument("--stat", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
+                        help="files holding /proc/stat's cpu line before and after the run")
     args = parser.parse_args(argv)
     record = {"command": "bash .ci/run (then scripts/ci_times.py on its log)", "commit": args.commit,
               "cores": os.cpu_count(), "note": args.note} | parse(args.log.read_text(errors="replace"))
+    if args.stat:
+        record["machine"] = busy(*(path.read_text().splitlines()[0] for path in args.stat))
     if record["total_wall_s"] is None:
         print(f"{args.log}: no 'ci: N s in all' line: the run did not finish", file=sys.stderr)
         return 1

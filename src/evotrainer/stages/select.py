@@ -290,11 +290,16 @@ def _val_correct(backtest: Path, seeds: int) -> pd.Series:
 
 def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence: float) -> dict:
     """Bootstrap interval of (candidate - control) val accuracy, paired over (seed, val prompt)."""
-    from scipy.stats import bootstrap
-
     cand, ctrl = _val_correct(candidate, seeds), _val_correct(control, seeds)
     common = cand.index.intersection(ctrl.index)
-    x, y = cand.loc[common].to_numpy(), ctrl.loc[common].to_numpy()
+    return gain_interval(cand.loc[common].to_numpy(), ctrl.loc[common].to_numpy(), confidence)
+
+
+def gain_interval(x, y, confidence: float) -> dict:
+    """The paired bootstrap interval of mean(x) - mean(y) (x, y: the candidate's and the control's correctness on
+    the same keys) that select judges a candidate by; benchmarks/select_power.py feeds it simulated gains."""
+    from scipy.stats import bootstrap
+
     gain = float(x.mean() - y.mean())
     if (x == y).all():
         return {"gain": gain, "ci_low": gain, "ci_high": gain, "pairs": int(len(x))}
