@@ -289,3 +289,17 @@ def test_task_conf_files_match_the_tasks():
     for path in sorted(Path(__file__).resolve().parents[2].glob("conf/task/*.yaml")):
         conf = yaml.safe_load(path.read_text())
         assert conf["name"] in tasks.names(), path
+
+
+def test_arithmetic_answers_are_the_expressions_values():
+    """The generator sums its expressions itself (it eval'd them before): every answer is the value of its text."""
+    splits = make_splits([Level(**lv) for lv in LEVELS], SIZES, "+-", seed=11)
+    for frame in splits.values():
+        for prompt, answer in zip(frame["prompt"], frame["ground_truth"], strict=True):
+            assert prompt.endswith("=") and int(eval(prompt[:-1])) == int(answer)  # noqa: S307 - digits and +/-
+
+
+def test_a_level_with_no_prompt_in_a_split_is_a_clear_error_not_a_hang():
+    """One operand up to 3 is four prompts; the hash partition leaves some split without one of them."""
+    with pytest.raises(TaskError, match="has no prompt in the"):
+        make_splits([Level(1, 3, 1.0)], {"train": 4, "val": 4, "test": 4}, "+-", seed=0)
