@@ -28,11 +28,21 @@ def test_the_simulated_answers_are_as_noisy_as_the_recorded_intervals():
     assert np.mean(widths) == pytest.approx(0.028, abs=0.003)
 
 
-def test_a_large_gain_is_promoted_and_no_gain_rarely():
+class Args:
+    prompts, accuracy, half_width, train_sd, min_gain, candidates = 1000, 0.45, 0.028, 0.0, 0.0, 3
+
+
+@pytest.mark.parametrize("rule", ["bootstrap", "corrected", "two_look"])
+def test_a_large_gain_is_promoted_and_no_gain_rarely(rule):
     rng = np.random.default_rng(1)
+    assert sum(select_power.generation(rng, Args, rule, 0.10, 2000) == "c1" for _ in range(8)) == 8
+    assert sum(select_power.generation(rng, Args, rule, 0.0, 2000) != "control" for _ in range(20)) <= 4
 
-    class Args:
-        prompts, accuracy, half_width, train_sd, min_gain = 1000, 0.45, 0.028, 0.0, 0.0
 
-    assert sum(select_power.promoted(rng, Args, 0.10) for _ in range(10)) == 10
-    assert sum(select_power.promoted(rng, Args, 0.0) for _ in range(20)) <= 3
+def test_a_candidates_answers_are_paired_with_the_shared_controls_as_recorded():
+    """Three candidates against one control: each pair as noisy as the recorded half-width, at any prompt count."""
+    rng = np.random.default_rng(2)
+    for n, expected in ((1000, 0.028), (4000, 0.014)):
+        control, candidates = select_power.look(rng, n, 0.45, [0.0, 0.0, 0.0], 0.028)
+        widths = [(i["ci_high"] - i["ci_low"]) / 2 for i in (gain_interval(x, control, 0.95) for x in candidates)]
+        assert np.mean(widths) == pytest.approx(expected, rel=0.15)

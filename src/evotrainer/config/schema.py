@@ -411,7 +411,9 @@ class SearchConf:
     tune_then_train: bool = False
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
-    selection: str = one_of("bootstrap", "greedy", "bootstrap")
+    # how select decides (search/selection.py): bootstrap (each candidate alone), corrected (Bonferroni over the
+    # candidates compared: promoting any that is not better stays <= (1 - confidence) / 2 a generation), greedy
+    selection: str = one_of("bootstrap", "greedy", "bootstrap", "corrected")
     confidence: float = between(0.95, 0.5, 0.999)
     headline_seeds: int = between(5, 1, 100)
     # the arms `snakemake headline` runs per seed (HEADLINE_ARMS, docs/headline.md): evolved and fixed always; the

@@ -23,6 +23,7 @@ from evotrainer.contracts import lineage
 from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.harness import harness_id
 from evotrainer.layout import RunLayout, TrainingRunLayout
+from evotrainer.search import selection
 from evotrainer.search.schedule import STALL_RECORD, rungs_on
 from evotrainer.stages.common import config, continuation_of, generation_parent, task_of
 
@@ -63,29 +64,19 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
     vetoes = {cid: [g for g in results if g["vetoed"]] for cid, results in gate_results.items()}
     valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL and not vetoes.get(cid)}
     # the noise of every valid candidate's gain, whatever the selection rule: the report shows it beside the gain
+    judged_at = selection.interval_confidence(cfg.search.selection, cfg.search.confidence, len(valid))
     intervals = {cid: paired_gain_interval(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL,
-                                           cfg.search.seeds, cfg.search.confidence) for cid in valid}
-    if cfg.search.selection == "bootstrap":
-        eligible = {c: m for c, m in valid.items() if intervals[c]["ci_low"] > cfg.search.min_gain}
-    else:
-        eligible = {c: m for c, m in valid.items() if m["val_accuracy"] - control_acc > cfg.search.min_gain}
-    best = max(eligible, key=lambda c: (eligible[c]["val_accuracy"], -cids.index(c)), default=None)
-    gain = eligible[best]["val_accuracy"] - control_acc if best else float("-inf")
-    promoted = best if best is not None else CONTROL
+                                           cfg.search.seeds, judged_at) for cid in valid}
+    decision = selection.decide(
+        [selection.Slot(cid, metrics[cid]["status"], metrics[cid].get("val_accuracy"), metrics[cid].get("failure_label"),
+                        tuple(vetoes.get(cid) or ()), intervals.get(cid)) for cid in cids],
+        rule=cfg.search.selection, min_gain=cfg.search.min_gain, confidence=judged_at)
+    promoted = decision.promoted
 
     rows = []
     for cid in cids:
         m, p = metrics[cid], proposals[cid]
-        if m["status"] == "registered":
-            verdict, label = "registered", None
-        elif m["status"] != "ok":
-            verdict, label = "failed", m["failure_label"]
-        elif vetoes.get(cid):
-            verdict, label = "vetoed", f"vetoed:{vetoes[cid][0]['gate']}"
-        elif cid == promoted:
-            verdict, label = ("kept" if cid == CONTROL else "promoted"), None
-        else:
-            verdict, label = "rejected", (None if cid == CONTROL else "no_gain")
+        verdict, label = decision.verdicts[cid].verdict, decision.verdicts[cid].failure_label
         acc = m.get("val_accuracy")
         parent = p.get("parent") or ({"generation": generation_parent_key[0], "candidate_id": generation_parent_key[1]}
                                      if generation_parent_key else None)
@@ -129,16 +120,15 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
             {"candidate_id": cid, "intervention": proposals[cid]["intervention"],
              "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8")}
             for cid in cids if metrics[cid]["status"] == "registered"],
-        "reason": (f"{promoted} beat control by {gain:+.3f} (> min_gain {cfg.search.min_gain}"
-                   + f"; {cfg.search.confidence:.0%} interval [{intervals[promoted]['ci_low']:+.3f}, "
-                   f"{intervals[promoted]['ci_high']:+.3f}]"
-                   + ("" if cfg.search.selection == "bootstrap" else ", not required by greedy selection")
-                   + ")" if promoted != CONTROL
-                   else "no candidate beat control by more than min_gain"
-                   + (" with its interval" if cfg.search.selection == "bootstrap" else "")
-                   + ("; control's policy continues" if successor.get("policy") != "start" else
+        "reason": (decision.reason()
+                   + (f"; {judged_at * 100:.3g}% interval [{intervals[promoted]['ci_low']:+.3f}, "
+                      f"{intervals[promoted]['ci_high']:+.3f}]"
+                      + (", not required by greedy selection" if cfg.search.selection == "greedy" else "")
+                      + (f", Bonferroni over {len(valid)} candidates" if judged_at != cfg.search.confidence else "")
+                      + ")" if promoted != CONTROL else
+                      ("; control's policy continues" if successor.get("policy") != "start" else
                       f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
-                      "continues with this generation's starting policy")),
+                      "continues with this generation's starting policy"))),
         "promoted_gain_interval": intervals.get(promoted),
         # search.schedule=rungs: whether propose exploited a stall (no candidates; stages/propose.py), and why
         "stall": _stall(Path(candidates_dir)),

@@ -57,7 +57,9 @@ CODE_CATALOGUE: tuple[Intervention, ...] = (
         "rate on val rises faster than the control's.",
     ),
     Intervention(
-        "all_or_nothing", ("visible_hidden_gap", "hardcoded_rate", "reward_hacking"),
+        # not "reward_hacking": that is a gate's verdict on a candidate, which no diagnostic reports, so the trigger
+        # never fired (contracts/finding_names.py); the trusted finding of the same thing is the repairs' business
+        "all_or_nothing", ("visible_hidden_gap", "hardcoded_rate"),
         set_constant("reward.py", "PARTIAL_CREDIT", 0.0),
         "If only programs passing every hidden test are paid, partial solutions (and hard-coded examples) stop "
         "being reinforced, so the visible-vs-hidden gap closes and the val pass rate rises.",

@@ -1,0 +1,137 @@
+"""The selection decision (``search.selection``; docs/schedule.md, "How select decides"): given a generation's
+slots judged against its control, which one is promoted, every slot's verdict, and why.
+
+``stages/select.py`` reads the backtests, runs the gates and computes each valid candidate's paired gain interval
+(``gain_interval``) at :func:`interval_confidence`; this module decides from those facts alone, so the decision
+can be run without a run on disk (``benchmarks/select_power.py`` feeds it simulated gains).
+
+The rules:
+
+- ``greedy``: the best candidate whose val gain is above ``search.min_gain``; no interval needed.
+- ``bootstrap`` (the default): the best candidate whose paired bootstrap interval at ``search.confidence`` has
+  its lower end above ``min_gain``. Each candidate is tested alone: with k candidates that are not better, the
+  chance that one of them is promoted grows with k (about 8% a generation at k = 3 and 95%,
+  docs/measured/select-power-today.json).
+- ``corrected``: ``bootstrap`` with a Bonferroni correction over the candidates compared: each interval's
+  one-sided miss rate is the generation's (``(1 - confidence) / 2``) divided by their number, so the chance of
+  promoting any candidate that is not better stays at or below ``(1 - confidence) / 2`` per generation,
+  whatever k (2.5% at 95%). It pays for that bound in power (benchmarks/select_power.py measures both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from evotrainer.contracts.candidate import CONTROL
+
+RULES = ("bootstrap", "greedy", "corrected")
+__all__ = ["RULES", "Decision", "Slot", "Verdict", "confirmed", "decide", "finalist", "interval_confidence"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One backtested slot as select sees it: ``status`` from its metrics.json (``ok``, ``failed``,
+    ``registered`` for a diagnostics change that passed its backtest), its val accuracy, the gates that vetoed it
+    and its gain interval against the control (``gain_interval``'s dict; None for the control and invalid slots)."""
+
+    candidate_id: str
+    status: str
+    val_accuracy: float | None = None
+    failure_label: str | None = None
+    vetoes: tuple[Mapping, ...] = ()
+    interval: Mapping | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # kept | promoted | rejected | vetoed | failed | registered
+    failure_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    promoted: str
+    gain: float | None  # the promoted candidate's val gain over the control; None where the control is kept
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    eligible: tuple[str, ...] = ()
+    confidence: float = 0.95  # the confidence each candidate's interval was judged at
+    rule: str = "bootstrap"
+    min_gain: float = 0.0
+
+    def reason(self) -> str:
+        """The selection's one-line reason (without what the next generation starts from)."""
+        if self.promoted == CONTROL:
+            return ("no candidate beat control by more than min_gain"
+                    + ("" if self.rule == "greedy" else " with its interval"))
+        return f"{self.promoted} beat control by {self.gain:+.3f} (> min_gain {self.min_gain}"
+
+
+def interval_confidence(rule: str, confidence: float, compared: int) -> float:
+    """The two-sided confidence at which each of ``compared`` candidates' gain intervals is computed: the
+    configured one, or under ``corrected`` the Bonferroni level that keeps the generation's one-sided miss rate at
+    ``(1 - confidence) / 2`` over all of them."""
+    if rule not in RULES:
+        raise ValueError(f"search.selection={rule!r}: choose one of {RULES}")
+    if rule != "corrected" or compared <= 1:
+        return float(confidence)
+    return 1.0 - (1.0 - float(confidence)) / int(compared)
+
+
+def decide(slots: Sequence[Slot], *, rule: str = "bootstrap", min_gain: float = 0.0,
+           confidence: float = 0.95) -> Decision:
+    """The generation's decision. ``slots``: every slot in the order select lists them (sorted candidate ids),
+    the control among them; ties in val accuracy go to the earlier slot. The control must have trained (select
+    refuses a generation whose control failed before it gets here)."""
+    if rule not in RULES:
+        raise ValueError(f"search.selection={rule!r}: choose one of {RULES}")
+    by_id = {slot.candidate_id: slot for slot in slots}
+    control = by_id.get(CONTROL)
+    if control is None or control.status != "ok" or control.val_accuracy is None:
+        raise ValueError("the control did not train: nothing can be compared")
+    order = [slot.candidate_id for slot in slots]
+    valid = [slot for slot in slots
+             if slot.status == "ok" and slot.candidate_id != CONTROL and not slot.vetoes and slot.val_accuracy is not None]
+    if rule == "greedy":
+        eligible = [s for s in valid if s.val_accuracy - control.val_accuracy > min_gain]
+    else:
+        missing = [s.candidate_id for s in valid if s.interval is None]
+        if missing:
+            raise ValueError(f"search.selection={rule}: no gain interval for {missing}")
+        eligible = [s for s in valid if float(s.interval["ci_low"]) > min_gain]
+    best = max(eligible, key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
+    promoted = best.candidate_id if best is not None else CONTROL
+    verdicts = {}
+    for slot in slots:
+        if slot.status == "registered":
+            verdicts[slot.candidate_id] = Verdict("registered")
+        elif slot.status != "ok":
+            verdicts[slot.candidate_id] = Verdict("failed", slot.failure_label)
+        elif slot.vetoes:
+            verdicts[slot.candidate_id] = Verdict("vetoed", f"vetoed:{slot.vetoes[0]['gate']}")
+        elif slot.candidate_id == promoted:
+            verdicts[slot.candidate_id] = Verdict("kept" if promoted == CONTROL else "promoted")
+        else:
+            verdicts[slot.candidate_id] = Verdict("rejected", None if slot.candidate_id == CONTROL else "no_gain")
+    return Decision(promoted=promoted, gain=None if best is None else best.val_accuracy - control.val_accuracy,
+                    verdicts=verdicts, eligible=tuple(s.candidate_id for s in eligible), confidence=confidence,
+                    rule=rule, min_gain=min_gain)
+
+
+def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:
+    """The two-look design's screen (issue 66; simulated by benchmarks/select_power.py, not yet run by the
+    workflow): the valid candidate with the best val accuracy among those not behind the control beyond noise
+    (its gain interval's upper end above ``min_gain``); None where every candidate is behind."""
+    order = [s.candidate_id for s in slots]
+    alive = [s for s in slots if s.status == "ok" and s.candidate_id != CONTROL and not s.vetoes
+             and s.val_accuracy is not None and s.interval is not None and float(s.interval["ci_high"]) > min_gain]
+    best = max(alive, key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
+    return None if best is None else best.candidate_id
+
+
+def confirmed(confirmation: Mapping, *, min_gain: float = 0.0) -> bool:
+    """The two-look design's confirmation: the finalist's paired gain interval on fresh val prompts (after a
+    second rung for it and the control) has its lower end above ``min_gain``. One test on data the screen never
+    saw, so the chance of promoting a candidate that is not better is at most the interval's one-sided miss rate,
+    whatever the number of candidates screened."""
+    return float(confirmation["ci_low"]) > min_gain
