@@ -158,3 +158,34 @@ def test_a_generation_exploits_a_stall_only_when_nothing_is_flagged_after_a_kept
     off = stall_decision(_cfg("search.exploit_when_stalled=false"), {"findings": findings}, RunLayout(run), generation)
     assert off["exploit"] is False
     assert OmegaConf.select(_cfg(), "search.exploit_when_stalled") is True
+
+
+def test_the_confirmation_is_charged_to_the_continuation_and_not_returned():
+    """search.selection=two_look: select's confirmation answered 2 x 400 fresh prompts. The continuation trains on
+    that much less, its row is charged it on top (the generation's total is unchanged), and the ledger's returned
+    share leaves it out."""
+    from evotrainer.stages.continuation import with_confirmation
+
+    rows = pd.DataFrame([_row(cid, 768, "rejected") for cid in ("control", "c1", "c2", "c3")])
+    without = schedule.continuation(_cfg(), rows, RECIPE, RECIPE)
+    plan = schedule.continuation(_cfg(), rows, RECIPE, RECIPE, confirmation_charged=800)
+    assert plan.budget == without.budget - 800 == 4 * SLOT - 4 * 768 - 800
+    trained = {"unit": "responses", "budget": plan.budget, "spent": plan.budget, "charged": plan.budget}
+    charge = with_confirmation(trained, {"unit": "responses", "charged": 800, "sampled_responses": 800})
+    assert charge["charged"] == 4 * SLOT - 4 * 768 and charge["confirmation"] == 800
+    table = pd.DataFrame([_row("control", 768, "kept"),
+                          _row("continue", 0, lineage.CONTINUED, rung=1, parent=(0, "control"))])
+    table.loc[1, "charge"] = json.dumps(charge)
+    assert ledger.search_charge(table, 4)["generations"][0]["charged"] == 768 + 4 * SLOT - 4 * 768
+    returned = ledger.promoted_path_charge(lineage.promoted_path(table))
+    assert returned["charged"] == 768 + charge["charged"] and returned["returned"] == 768 + plan.budget
+    # a skipped continuation (nothing left to train) still carries the confirmation's charge
+    assert with_confirmation(None, {"unit": "responses", "charged": 800})["charged"] == 800
+
+
+def test_two_look_needs_a_continuation_to_charge():
+    assert compose(["search.selection=two_look"]).search.confirm_prompts == 4000
+    for overrides in (["search.schedule=flat"], ["search.mode=population"], ["agent=pbt"],
+                      ["search.headline_arms=[evolved,fixed,pbt]"]):
+        with pytest.raises(Exception, match="two_look charges its confirmation"):
+            compose(["search.selection=two_look", *overrides])

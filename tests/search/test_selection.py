@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evotrainer.search.selection import Slot, decide, interval_confidence
+from evotrainer.search.selection import Slot, Verdict, decide, finalist, interval_confidence
 from evotrainer.stages.select import gain_interval
 
 pytestmark = pytest.mark.fast
@@ -75,3 +75,26 @@ def test_corrected_intervals_hold_the_generations_miss_rate_over_the_candidates_
     control = Slot("control", "ok", float(y.mean()))
     assert decide([control, Slot("c1", "ok", float(x.mean()), interval=plain)]).promoted == "c1"
     assert decide([control, Slot("c1", "ok", float(x.mean()), interval=corrected)], rule="corrected").promoted == "control"
+
+
+def test_two_look_confirms_the_best_candidate_not_behind_or_keeps_the_control():
+    slots = generation(
+        c1=Slot("c1", "ok", 0.50, interval=interval(-0.02, 0.22)),  # the best not behind: the finalist
+        c2=Slot("c2", "ok", 0.43, interval=interval(0.01, 0.05)),  # clears its interval, but is not the best
+        c3=Slot("c3", "ok", 0.55, vetoes=({"gate": "length_gaming", "vetoed": True},)),
+        c4=Slot("c4", "ok", 0.30, interval=interval(-0.15, -0.05)),  # behind beyond noise
+    )
+    assert finalist(slots) == "c1"
+    promoted = decide(slots, rule="two_look", confirmation=interval(0.004, 0.03))
+    assert promoted.promoted == "c1" and promoted.gain == pytest.approx(0.10) and promoted.eligible == ("c1",)
+    assert promoted.verdicts["c2"].failure_label == "no_gain" and promoted.verdicts["c3"].verdict == "vetoed"
+    kept = decide(slots, rule="two_look", confirmation=interval(-0.004, 0.03))
+    assert kept.promoted == "control" and kept.verdicts["c1"] == Verdict("rejected", "not_confirmed")
+    assert kept.verdicts["control"].verdict == "kept" and "confirmed" in kept.reason()
+    # every candidate behind: no finalist, nothing to confirm
+    behind = generation(c4=slots[4])
+    assert finalist(behind) is None and decide(behind, rule="two_look").promoted == "control"
+    with pytest.raises(ValueError, match="finalist is 'c1' but the confirmation is missing"):
+        decide(slots, rule="two_look")
+    with pytest.raises(ValueError, match="finalist is None but the confirmation is there"):
+        decide(behind, rule="two_look", confirmation=interval(0.01, 0.02))

@@ -155,14 +155,18 @@ def test_a_run_interrupted_twice_resumes_without_redoing_finished_jobs_to_the_sa
     assert load_recipe(run / "gen2" / "harness") == load_recipe(finished_run / "gen2" / "harness")
 
 
-def test_a_final_share_reaches_the_last_continuation_through_the_workflow(tmp_path):
+def test_a_final_share_and_a_confirmation_reach_the_last_continuation_through_the_workflow(tmp_path):
     """search.final_share=0.5 on experiment=quick (2 generations x 3 slots of 1,536 responses, 384-response first
     rungs): generation 0 keeps half of its 4,608 (its continuation gets 2,304 - 1,152 = 1,152), the last generation
     also gets the held-back half of all six slots (2,304 + 4,608 - 1,152 = 5,760), and the search is charged
-    exactly 2 x 3 x 1,536, as without a final share. The continue stage must pass the generation through."""
+    exactly 2 x 3 x 1,536, as without a final share. The continue stage must pass the generation through.
+    Under search.selection=two_look, with 120 confirmation prompts: select has the finalist and the control answer
+    them (the data stage held them out of val), and each continuation trains 2 x 120 responses less and is charged
+    them on top, so every total above is unchanged."""
     subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
                     "--cores", "2", "results/default/gen1/lineage_continue.parquet", "--config", "experiment=quick", "run=default",
                     "search__final_share=0.5", "search__budget_unit=responses", "search__budget=1536",
+                    "search__selection=two_look", "search__confirm_prompts=120",
                     "search__baseline=false", "search__baseline_search=false", "search__baseline_matched=false"],
                    check=True, capture_output=True, timeout=900)
     run = tmp_path / "results" / "default"
@@ -173,3 +177,22 @@ def test_a_final_share_reaches_the_last_continuation_through_the_workflow(tmp_pa
     assert [_charged(continued.loc[g]) for g in (0, 1)] == [1152, 5760]
     assert all(_charged(row) == 384 for _, row in rows[rows["rung"] == 0].iterrows())
     assert sum(_charged(row) for _, row in rows.iterrows()) == 2 * 3 * 1536
+    assert len(pd.read_parquet(run / "data" / "val.parquet")) == 200 and len(pd.read_parquet(run / "data" / "confirm.parquet")) >= 60
+    confirmed = 0
+    for g in (0, 1):
+        chosen = json.loads((run / f"gen{g}" / "selection.json").read_text())
+        look = chosen["confirmation"]
+        charge = json.loads(continued.loc[g, "charge"])
+        if look is None:  # every candidate behind the control on its first rung: nothing to confirm
+            assert chosen["promoted"] == "control" and "confirmation" not in charge
+            continue
+        confirmed += 1
+        backtests = run / f"gen{g}" / "backtest"
+        answers = [pd.read_parquet(backtests / cid / "confirm_rollouts.parquet") for cid in ("control", look["finalist"])]
+        assert [len(a) for a in answers] == [look["prompts"]] * 2 and look["charge"]["charged"] == 2 * look["prompts"]
+        assert charge["confirmation"] == look["charge"]["charged"]
+        trained = json.loads((backtests / "continue" / "metrics.json").read_text())["plan"]["budget"]
+        assert trained + charge["confirmation"] == _charged(continued.loc[g])
+        assert chosen["promoted"] == (look["finalist"] if look["confirmed"] else "control")
+        assert ("not confirmed" in chosen["reason"]) is not look["confirmed"]
+    assert confirmed >= 1  # experiment=quick's candidates are not all behind in both generations

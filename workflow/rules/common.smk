@@ -176,8 +176,13 @@ def run_config(wildcards):
     return str(layout(wildcards).config)
 
 
+def loop_splits():
+    """The splits the data rule makes: the confirmation prompts too under search.selection=two_look."""
+    return ("train", "val", "probe") + (("confirm",) if CFG.search.selection == "two_look" else ())
+
+
 def loop_data():
-    return {split: P("split", split=split) for split in ("train", "val", "probe")}
+    return {split: P("split", split=split) for split in loop_splits()}
 
 
 def candidate_ids(wildcards):

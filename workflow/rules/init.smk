@@ -12,6 +12,7 @@ rule data:
         evo=EVO,
         conf=run_config,
         out=lambda wc: str(layout(wc).data),
+        splits=" ".join(loop_splits()),
     benchmark:
         P("benchmark", job="data")
     log:
@@ -19,7 +20,7 @@ rule data:
     conda:
         ENVS["cpu"]
     shell:
-        "{params.evo} data --config {params.conf} --out-dir {params.out} --splits train val probe > {log} 2>&1"
+        "{params.evo} data --config {params.conf} --out-dir {params.out} --splits {params.splits} > {log} 2>&1"
 
 
 rule init:

@@ -6,6 +6,8 @@ rule select:
         approval=approval_file("backtest"),
         # search.mode=population draws the next parent from the whole lineage (single: this generation's only)
         lineage=population_lineage_parts,
+        # search.selection=two_look: the finalist and the control answer these fresh val prompts here
+        confirm=[P("split", split="confirm")] if CFG.search.selection == "two_look" else [],
     output:
         selection=P.selection,
         lineage=P.lineage_part,
@@ -14,6 +16,8 @@ rule select:
         conf=run_config,
         backtests=lambda wc: str(layout(wc).gen(wc.g).backtests),
         lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
+        confirm=lambda wc, input: f" --confirm {input.confirm[0]}" if input.confirm else "",
+    threads: TRAIN_THREADS if CFG.search.selection == "two_look" else 1
     benchmark:
         P("gen_benchmark", job="select")
     log:
@@ -23,7 +27,7 @@ rule select:
     shell:
         "{params.evo} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
         " --harness {input.harness} --out {output.selection} --out-lineage {output.lineage} --generation {wildcards.g}"
-        " {params.lineage} > {log} 2>&1"
+        " {params.lineage}{params.confirm} --threads {threads} > {log} 2>&1"
 
 
 # The winner of generation g-1 becomes the starting point of generation g (g >= 1; gen0 comes from init).

@@ -412,8 +412,15 @@ class SearchConf:
     baseline_restarts: bool = True
     seeds: int = between(1, 1, 64)
     # how select decides (search/selection.py): bootstrap (each candidate alone), corrected (Bonferroni over the
-    # candidates compared: promoting any that is not better stays <= (1 - confidence) / 2 a generation), greedy
-    selection: str = one_of("bootstrap", "greedy", "bootstrap", "corrected")
+    # candidates compared: promoting any that is not better stays <= (1 - confidence) / 2 a generation), two_look
+    # (the best candidate not behind on its first rung is confirmed on confirm_prompts fresh val prompts; rungs
+    # only; docs/schedule.md), greedy
+    selection: str = one_of("bootstrap", "greedy", "bootstrap", "corrected", "two_look")
+    # two_look: the fresh val prompts the finalist and the control answer (held out of val by the data stage,
+    # charged to the generation: the winner's continuation gets that much less) and the confirmation's two-sided
+    # level (0.90: promoting a candidate that is not better stays <= 5% a generation)
+    confirm_prompts: int = between(4000, 10, 10**6)
+    confirm_confidence: float = between(0.90, 0.5, 0.999)
     confidence: float = between(0.95, 0.5, 0.999)
     headline_seeds: int = between(5, 1, 100)
     # the arms `snakemake headline` runs per seed (HEADLINE_ARMS, docs/headline.md): evolved and fixed always; the
@@ -617,6 +624,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"config: search.budget_unit={merged.search.budget_unit} needs 'search.budget' > 0 "
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
     _check_final_share(merged)
+    _check_two_look(merged)
     multi_turn = "multi_turn" in task_supports(merged.task.name)
     explicit_matched = str(merged.search.baseline_matched).lower() == "true"
     if explicit_matched and merged.trainer.name != "local":
@@ -672,6 +680,20 @@ def _check_final_share(cfg: DictConfig) -> None:
     if 1.0 - share < float(search.first_rung):
         raise ConfigError(f"config: search.final_share={share} leaves each generation {1.0 - share:.2f} of its "
                           f"budget, less than its first rungs (search.first_rung={search.first_rung}): lower one")
+
+
+def _check_two_look(cfg: DictConfig) -> None:
+    """search.selection=two_look charges its confirmation to the winner's continuation, which only a single
+    lineage in rungs has; the headline's flat arms (pbt, population) would have none."""
+    search = cfg.search
+    if search.selection != "two_look":
+        return
+    flat_arms = sorted({"pbt", "population"} & set(search.headline_arms))
+    if search.schedule != "rungs" or search.mode != "single" or cfg.agent.name == "pbt" or flat_arms:
+        raise ConfigError("config: search.selection=two_look charges its confirmation to the winner's continuation, "
+                          "which only search.schedule=rungs in search.mode=single (not agent=pbt) has"
+                          + (f"; the headline arms {flat_arms} run flat: drop them" if flat_arms else "")
+                          + "; or choose search.selection=corrected")
 
 
 def _check_recipe_overrides(recipe: Any, where: str = "harness.recipe") -> None:

@@ -123,9 +123,12 @@ def promoted_path_charge(promoted, unit: str = "responses", seeds: int = 1) -> d
     known = [r for r in records if r]
     spent = "generated_tokens" if unit == "tokens" else "sampled_responses"
     charges = [int(r["charged"]) if r else int(c.get(spent) or 0) for r, c in zip(records, computes, strict=True)]
+    # a continuation's record may hold select's confirmation answers (search.selection=two_look): charged, not trained
+    confirmations = [int((r or {}).get("confirmation") or 0) for r in records]
     return {"unit": known[0]["unit"] if known else unit, "charged": sum(charges),
-            "returned": sum(charge if continued else charge // max(1, int(seeds))
-                            for charge, continued in zip(charges, _continuation_rows(promoted), strict=True)),
+            "returned": sum(charge - confirmation if continued else charge // max(1, int(seeds))
+                            for charge, confirmation, continued in zip(charges, confirmations,
+                                                                       _continuation_rows(promoted), strict=True)),
             "sampled_responses": sum(int(c.get("sampled_responses") or 0) for c in computes)}
 
 

@@ -23,6 +23,8 @@ FAILURE_LABELS = (
     "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "sandbox_bad_output", "replay_no_signal",
     "replay_low_kept_fraction", "reward_error", "curriculum_error", "train_crash", "oom_killed", "train_timeout",
     "no_gain",
+    # search.selection=two_look: the finalist whose gain on the fresh confirmation prompts stayed within noise
+    "not_confirmed",
     # a candidate that buys compute the ledger does not charge (a longer response under a responses budget)
     "uncharged_compute",
     # a backtest past its budgets (time, responses, scratch disk) or whose training kept too few groups

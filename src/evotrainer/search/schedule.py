@@ -93,10 +93,12 @@ class Continuation:
                 "batch": self.batch}
 
 
-def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping, generation: int = 0) -> Continuation:
+def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping, generation: int = 0,
+                 confirmation_charged: int = 0) -> Continuation:
     """The continuation's budget: the generation's (``max(1 + agent.max_candidates, len(rows))`` whole slots,
     the budget unit of ``generation_recipe``) minus what its first-rung backtests were charged (``rows``: the
-    generation's lineage rows, their ``charge`` records; a row without one counts its whole slot).
+    generation's lineage rows, their ``charge`` records; a row without one counts its whole slot) and what
+    select's confirmation sampled (``confirmation_charged``, search.selection=two_look; ledger unit).
 
     ``search.final_share`` f: every generation keeps (1 - f) of its slots' budget, and the last one's continuation
     also gets f x generations x (1 + agent.max_candidates) slots, the final phase, so the search's total is
@@ -107,7 +109,8 @@ def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping, 
     for record in rows["charge"] if "charge" in rows else [None] * len(rows):
         record = ledger.as_record(record)
         charged += int(record["charged"]) if record else int(slot["budget"])
-    return rest_of(cfg, slot["unit"], generation_budget(cfg, slot, slots, generation), charged, slots, winner_recipe)
+    return rest_of(cfg, slot["unit"], generation_budget(cfg, slot, slots, generation),
+                   charged + int(confirmation_charged), slots, winner_recipe)
 
 
 def generation_budget(cfg, slot: Mapping, slots: int, generation: int) -> int:

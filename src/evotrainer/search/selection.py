@@ -16,6 +16,12 @@ The rules:
   one-sided miss rate is the generation's (``(1 - confidence) / 2``) divided by their number, so the chance of
   promoting any candidate that is not better stays at or below ``(1 - confidence) / 2`` per generation,
   whatever k (2.5% at 95%). It pays for that bound in power (benchmarks/select_power.py measures both).
+- ``two_look`` (rungs only): the screen (:func:`finalist`) names the best candidate not behind the control
+  beyond noise on its first rung; select then has the finalist's and the control's first-rung policies answer
+  ``search.confirm_prompts`` fresh val prompts, and the finalist is promoted only where that paired gain's
+  interval at ``search.confirm_confidence`` is above ``min_gain`` (:func:`confirmed`). One test on prompts the
+  screen never saw: promoting a candidate that is not better stays at or below ``(1 - confirm_confidence) / 2``
+  a generation (5% at 0.90), and the confirmation's larger prompt set is what buys the power.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from dataclasses import dataclass, field
 
 from evotrainer.contracts.candidate import CONTROL
 
-RULES = ("bootstrap", "greedy", "corrected")
+RULES = ("bootstrap", "greedy", "corrected", "two_look")
+NOT_CONFIRMED = "not_confirmed"  # two_look: the finalist whose gain the fresh prompts did not confirm
 __all__ = ["RULES", "Decision", "Slot", "Verdict", "confirmed", "decide", "finalist", "interval_confidence"]
 
 
@@ -61,6 +68,8 @@ class Decision:
 
     def reason(self) -> str:
         """The selection's one-line reason (without what the next generation starts from)."""
+        if self.promoted == CONTROL and self.rule == "two_look":
+            return "no finalist not behind the control on its first rung was confirmed on the fresh prompts"
         if self.promoted == CONTROL:
             return ("no candidate beat control by more than min_gain"
                     + ("" if self.rule == "greedy" else " with its interval"))
@@ -79,12 +88,15 @@ def interval_confidence(rule: str, confidence: float, compared: int) -> float:
 
 
 def decide(slots: Sequence[Slot], *, rule: str = "bootstrap", min_gain: float = 0.0,
-           confidence: float = 0.95) -> Decision:
+           confidence: float = 0.95, confirmation: Mapping | None = None) -> Decision:
     """The generation's decision. ``slots``: every slot in the order select lists them (sorted candidate ids),
     the control among them; ties in val accuracy go to the earlier slot. The control must have trained (select
-    refuses a generation whose control failed before it gets here)."""
+    refuses a generation whose control failed before it gets here). ``two_look``: ``confirmation`` is the
+    finalist's gain interval on the fresh prompts (None where the screen named no finalist)."""
     if rule not in RULES:
         raise ValueError(f"search.selection={rule!r}: choose one of {RULES}")
+    if rule == "two_look":
+        return _decide_two_look(slots, min_gain=min_gain, confidence=confidence, confirmation=confirmation)
     by_id = {slot.candidate_id: slot for slot in slots}
     control = by_id.get(CONTROL)
     if control is None or control.status != "ok" or control.val_accuracy is None:
@@ -101,6 +113,12 @@ def decide(slots: Sequence[Slot], *, rule: str = "bootstrap", min_gain: float = 
         eligible = [s for s in valid if float(s.interval["ci_low"]) > min_gain]
     best = max(eligible, key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
     promoted = best.candidate_id if best is not None else CONTROL
+    return Decision(promoted=promoted, gain=None if best is None else best.val_accuracy - control.val_accuracy,
+                    verdicts=_verdicts(slots, promoted), eligible=tuple(s.candidate_id for s in eligible),
+                    confidence=confidence, rule=rule, min_gain=min_gain)
+
+
+def _verdicts(slots: Sequence[Slot], promoted: str, unconfirmed: str | None = None) -> dict[str, Verdict]:
     verdicts = {}
     for slot in slots:
         if slot.status == "registered":
@@ -111,11 +129,25 @@ def decide(slots: Sequence[Slot], *, rule: str = "bootstrap", min_gain: float = 
             verdicts[slot.candidate_id] = Verdict("vetoed", f"vetoed:{slot.vetoes[0]['gate']}")
         elif slot.candidate_id == promoted:
             verdicts[slot.candidate_id] = Verdict("kept" if promoted == CONTROL else "promoted")
+        elif slot.candidate_id == unconfirmed:
+            verdicts[slot.candidate_id] = Verdict("rejected", NOT_CONFIRMED)
         else:
             verdicts[slot.candidate_id] = Verdict("rejected", None if slot.candidate_id == CONTROL else "no_gain")
-    return Decision(promoted=promoted, gain=None if best is None else best.val_accuracy - control.val_accuracy,
-                    verdicts=verdicts, eligible=tuple(s.candidate_id for s in eligible), confidence=confidence,
-                    rule=rule, min_gain=min_gain)
+    return verdicts
+
+
+def _decide_two_look(slots: Sequence[Slot], *, min_gain: float, confidence: float,
+                     confirmation: Mapping | None) -> Decision:
+    chosen = finalist(slots, min_gain=min_gain)
+    if (chosen is None) != (confirmation is None):
+        raise ValueError(f"search.selection=two_look: the screen's finalist is {chosen!r} but the confirmation is "
+                         f"{'missing' if confirmation is None else 'there'}")
+    control = next(s.val_accuracy for s in slots if s.candidate_id == CONTROL)
+    ok = chosen is not None and confirmed(confirmation, min_gain=min_gain)
+    promoted = chosen if ok else CONTROL
+    gain = next(s.val_accuracy for s in slots if s.candidate_id == chosen) - control if ok else None
+    return Decision(promoted=promoted, gain=gain, verdicts=_verdicts(slots, promoted, None if ok else chosen),
+                    eligible=(chosen,) if ok else (), confidence=confidence, rule="two_look", min_gain=min_gain)
 
 
 def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:

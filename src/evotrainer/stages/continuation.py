@@ -43,9 +43,13 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
     if (chosen.get("next_parent") or {}).get("policy") == "start":  # a kept control that collapsed
         start_policy, how = str(policy), "the generation's starting policy (the kept control's training collapsed)"
     rows = lineage.read(lineage_part)
-    plan = schedule.continuation(cfg, rows, load_recipe(harness), load_recipe(first_rung.harness), generation)
+    confirmation = (chosen.get("confirmation") or {}).get("charge") or {}
+    confirmed_charge = int(confirmation.get("charged") or 0)  # search.selection=two_look's fresh-prompt answers
+    plan = schedule.continuation(cfg, rows, load_recipe(harness), load_recipe(first_rung.harness), generation,
+                                 confirmation_charged=confirmed_charge)
     print(f"continue: {winner} from {how}: {plan.budget:,} {plan.unit} left of the generation's "
-          f"{plan.generation_budget:,} ({plan.slots} slots; first rungs charged {plan.first_rungs_charged:,})")
+          f"{plan.generation_budget:,} ({plan.slots} slots; first rungs and the confirmation charged "
+          f"{plan.first_rungs_charged:,})")
     base = {"run": cfg.run, "generation": generation, "candidate_id": schedule.CONTINUATION, "continues": winner,
             "plan": plan.as_dict()}
     if not plan.runs:
@@ -60,8 +64,23 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
                      per_seed_budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
         metrics = read_json(out / "metrics.json")
         write_json(out / "metrics.json", metrics | {k: v for k, v in base.items() if k not in metrics})
+    if confirmed_charge:  # the generation pays for select's confirmation through its continuation's row
+        metrics = read_json(out / "metrics.json")
+        if not (metrics.get("charge") or {}).get("confirmation"):
+            write_json(out / "metrics.json", metrics | {"charge": with_confirmation(metrics.get("charge"), confirmation)})
     lineage.write_generation(out_lineage, pd.DataFrame([row(cfg, chosen, read_json(out / "metrics.json"),
                                                             first_rung, generation, how)]))
+
+
+def with_confirmation(charge: dict | None, confirmation: dict) -> dict:
+    """The continuation's charge record with select's confirmation (search.selection=two_look) added: ``charged``
+    includes it, ``confirmation`` says how much of it was the confirmation's answers, not training (the ledger's
+    ``returned`` leaves it out)."""
+    charge = dict(charge or {"unit": confirmation["unit"], "budget": 0, "spent": 0, "charged": 0,
+                             "sampled_responses": 0, "generated_tokens": 0})
+    return charge | {"charged": int(charge["charged"]) + int(confirmation["charged"]),
+                     "confirmation": int(confirmation["charged"]),
+                     "confirmation_sampled_responses": int(confirmation.get("sampled_responses") or 0)}
 
 
 def row(cfg, chosen: dict, metrics: dict, first_rung: TrainingRunLayout, generation: int, how: str) -> dict:

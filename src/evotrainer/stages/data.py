@@ -19,6 +19,7 @@ from evotrainer.contracts.task import TaskError, check_split
 from evotrainer.stages.common import config, task_of
 
 HELD_OUT = "test"  # must share no prompt with the splits made before it
+CONFIRM = "confirm"  # search.selection=two_look: fresh val prompts for the confirmation (split_confirm)
 
 
 def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None:
@@ -27,9 +28,15 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
     cfg = config(config_path)
     task = task_of(cfg)  # multi-turn tasks (agentic): rows are environment instances
     splits = splits or ["train", "val", "probe"]
-    sizes = {split: cfg.task.sizes[split] for split in splits}
+    sizes = {split: cfg.task.sizes[split] for split in splits if split != CONFIRM}
+    confirm = int(cfg.search.confirm_prompts) if CONFIRM in splits else 0
+    if confirm:  # search.selection=two_look: val and its confirmation prompts from one draw of the val partition
+        sizes["val"] = int(cfg.task.sizes["val"]) + confirm
     secret = split_secret.load_or_create(cfg.results_dir)
     made = task.splits(sizes, split_secret.split_seed(secret, cfg.task.seed))
+    if confirm:
+        made |= split_confirm(made["val"], int(cfg.task.sizes["val"]), confirm, cfg.task.name)
+        made = {split: made[split] for split in splits}
     frames = {split: with_opaque_ids(check_split(frame, f"task {cfg.task.name!r}, split {split!r}"), split, secret)
               for split, frame in made.items()}
     out = Path(out_dir)
@@ -40,6 +47,24 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
         check_held_out_disjoint(frames[HELD_OUT], {**earlier, **frames}, secret)
     for split, frame in frames.items():
         write_parquet(out / f"{split}.parquet", frame)
+
+
+def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str) -> dict[str, pd.DataFrame]:
+    """``search.selection=two_look``: the task's val draw of ``size + confirm`` rows as val (its first ``size``
+    rows: a generator's val as without the confirmation) and the confirmation prompts (the rest, less any prompt
+    val holds, so that the confirmation is a look at prompts select never judged on)."""
+    if len(val) < size + confirm:
+        raise TaskError(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + {confirm} "
+                        f"val prompts; task {task!r} gave {len(val)}: lower search.confirm_prompts (or task.sizes.val), "
+                        "or choose search.selection=corrected")
+    head, rest = val.iloc[:size].reset_index(drop=True), val.iloc[size:size + confirm]
+    seen = set(map(prompt_text, head["prompt"]))
+    fresh = rest[[prompt_text(p) not in seen for p in rest["prompt"]]].reset_index(drop=True)
+    if len(fresh) < confirm // 2:
+        raise TaskError(f"search.selection=two_look: only {len(fresh)} of {confirm} confirmation prompts of task "
+                        f"{task!r} are not already in val (its val partition repeats prompts): lower "
+                        "search.confirm_prompts or task.sizes.val")
+    return {"val": head, CONFIRM: fresh}
 
 
 def prompt_text(prompt) -> str:

@@ -68,6 +68,7 @@ def _write_outputs(model, tokenizer, log: pd.DataFrame, metrics: dict, start: fl
 SHARED_START = (*(RunLayout.relative("split", split=split) for split in ("train", "val", "probe")),
                 RunLayout.relative("policy", g=0), RunLayout.relative("harness", g=0),
                 RunLayout.relative("init_sft_log"), RunLayout.relative("init_metrics"))
+CONFIRM_SPLIT = RunLayout.relative("split", split="confirm")  # search.selection=two_look's, where the loop has one
 
 
 def share(source_run_dir: str, run_dir: str) -> None:
@@ -75,7 +76,7 @@ def share(source_run_dir: str, run_dir: str) -> None:
     only in the agent (same task, seed, policy and SFT), so its splits and warm start would be recomputed
     bit for bit; they are copied instead (init/metrics.json last, as init writes it)."""
     source, target = Path(source_run_dir), Path(run_dir)
-    for rel in SHARED_START:
+    for rel in (*SHARED_START, *([CONFIRM_SPLIT] if (source / CONFIRM_SPLIT).is_file() else [])):
         if (source / rel).is_dir():
             copy_tree(source / rel, target / rel)
         else:

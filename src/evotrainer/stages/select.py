@@ -25,16 +25,20 @@ from evotrainer.contracts.harness import harness_id
 from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import selection
 from evotrainer.search.schedule import STALL_RECORD, rungs_on
-from evotrainer.stages.common import config, continuation_of, generation_parent, task_of
+from evotrainer.stages.common import config, continuation_of, generation_parent, read_split, task_of
 
+CONFIRM = "confirm"  # search.selection=two_look: the confirmation prompts' split (data/confirm.parquet)
 RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
 DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy/ folder
 
 
 def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: str, out: str, out_lineage: str,
-        generation: int, lineage_parts: list[str] | None = None) -> None:
+        generation: int, lineage_parts: list[str] | None = None, confirm_split: str | None = None,
+        threads: int = 1) -> None:
     """Writes the selection (``out``) and this generation's lineage rows (``out_lineage``). ``lineage_parts``: the
-    earlier generations' lineage files (``search.mode=population`` draws the next parent from all of them)."""
+    earlier generations' lineage files (``search.mode=population`` draws the next parent from all of them).
+    ``confirm_split``: search.selection=two_look's fresh val prompts (data/confirm.parquet), which the screen's
+    finalist and the control answer here (``threads``: the evaluation's)."""
     cfg = config(config_path)
     try:
         run_layout = RunLayout.of(Path(out).resolve())
@@ -67,10 +71,19 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
     judged_at = selection.interval_confidence(cfg.search.selection, cfg.search.confidence, len(valid))
     intervals = {cid: paired_gain_interval(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL,
                                            cfg.search.seeds, judged_at) for cid in valid}
-    decision = selection.decide(
-        [selection.Slot(cid, metrics[cid]["status"], metrics[cid].get("val_accuracy"), metrics[cid].get("failure_label"),
-                        tuple(vetoes.get(cid) or ()), intervals.get(cid)) for cid in cids],
-        rule=cfg.search.selection, min_gain=cfg.search.min_gain, confidence=judged_at)
+    slots = [selection.Slot(cid, metrics[cid]["status"], metrics[cid].get("val_accuracy"),
+                            metrics[cid].get("failure_label"), tuple(vetoes.get(cid) or ()), intervals.get(cid))
+             for cid in cids]
+    confirmation = None
+    if cfg.search.selection == "two_look":
+        finalist = selection.finalist(slots, min_gain=cfg.search.min_gain)
+        if finalist is not None:
+            if not confirm_split:
+                raise RuntimeError("search.selection=two_look: select needs the confirmation prompts (--confirm)")
+            confirmation = confirm(cfg, Path(backtest_dir), finalist, confirm_split, generation, threads)
+    decision = selection.decide(slots, rule=cfg.search.selection, min_gain=cfg.search.min_gain,
+                                confidence=judged_at,
+                                confirmation=None if confirmation is None else confirmation["interval"])
     promoted = decision.promoted
 
     rows = []
@@ -120,7 +133,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
             {"candidate_id": cid, "intervention": proposals[cid]["intervention"],
              "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8")}
             for cid in cids if metrics[cid]["status"] == "registered"],
-        "reason": (decision.reason()
+        "reason": (decision.reason() + _confirmation_note(confirmation)
                    + (f"; {judged_at * 100:.3g}% interval [{intervals[promoted]['ci_low']:+.3f}, "
                       f"{intervals[promoted]['ci_high']:+.3f}]"
                       + (", not required by greedy selection" if cfg.search.selection == "greedy" else "")
@@ -130,6 +143,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                       f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
                       "continues with this generation's starting policy"))),
         "promoted_gain_interval": intervals.get(promoted),
+        # search.selection=two_look: the finalist's look at fresh prompts, and its charge (the continuation pays it)
+        "confirmation": confirmation,
         # search.schedule=rungs: whether propose exploited a stall (no candidates; stages/propose.py), and why
         "stall": _stall(Path(candidates_dir)),
         # what generation g+1 starts from: the promoted candidate (or the control), or in population mode the
@@ -143,6 +158,52 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                if cfg.search.mode == "population" or cfg.agent.name == "pbt" else set())
     retain(cfg, backtest_dir, promoted, generation, record=Path(out).with_name(RETENTION_RECORD),
            seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids}, keep=members)
+
+
+def confirm(cfg, backtest_dir: Path, finalist: str, confirm_split: str, generation: int, threads: int = 1) -> dict:
+    """search.selection=two_look's second look: the finalist's and the control's first-rung policies (seed 0's,
+    what the continuation goes on from) answer the confirmation prompts greedily, judged by the task's verify
+    (trusted: no harness code runs; each backtest's ``confirm_rollouts.parquet``), and their paired gain
+    interval at ``search.confirm_confidence``. The answers are charged to the generation (``charge``): the
+    winner's continuation gets that much less (stages/continuation.py), so every arm's total stays equal."""
+    from evotrainer import runtime
+    from evotrainer.backends import rollouts
+    from evotrainer.contracts import ledger
+
+    prompts = read_split(confirm_split)
+    correct, responses, tokens = {}, 0, 0
+    for cid in (CONTROL, finalist):
+        trained = TrainingRunLayout(backtest_dir / cid).seed(0)
+        player = rollouts.evaluator(rollouts.Setting(cfg, task_of(cfg), trained.harness, None, threads),
+                                    policy_dir=trained.policy)
+        played = player.greedy(prompts, run=cfg.run, generation=generation, split=CONFIRM, step=0,
+                               policy_id=runtime.policy_id(trained.policy), harness_id=harness_id(trained.harness),
+                               seed=cfg.seed)
+        played.write(trained.rollouts(CONFIRM), trained.turns(CONFIRM))
+        frame = played.frame
+        correct[cid] = frame.set_index("prompt_id")["correct"].astype(float)
+        responses += len(frame)
+        tokens += int(frame["response_tokens"].sum())
+    common = correct[CONTROL].index.intersection(correct[finalist].index)
+    level = float(cfg.search.confirm_confidence)
+    interval = gain_interval(correct[finalist].loc[common].to_numpy(), correct[CONTROL].loc[common].to_numpy(), level)
+    unit = ledger.unit_of(cfg.search.budget_unit)
+    ok = selection.confirmed(interval, min_gain=cfg.search.min_gain)
+    print(f"select: {finalist} on {len(common):,} fresh prompts: {interval['gain']:+.3f} "
+          f"[{interval['ci_low']:+.3f}, {interval['ci_high']:+.3f}] at {level:.0%}: "
+          + ("confirmed" if ok else "not confirmed"))
+    return {"finalist": finalist, "prompts": int(len(common)), "confidence": level, "interval": interval,
+            "confirmed": ok, "charge": {"unit": unit, "charged": tokens if unit == "tokens" else responses,
+                                        "sampled_responses": responses, "generated_tokens": tokens}}
+
+
+def _confirmation_note(confirmation: dict | None) -> str:
+    if not confirmation:
+        return ""
+    interval = confirmation["interval"]
+    return (f"; the finalist {confirmation['finalist']} on {confirmation['prompts']:,} fresh prompts: "
+            f"{interval['gain']:+.3f} [{interval['ci_low']:+.3f}, {interval['ci_high']:+.3f}] at "
+            f"{confirmation['confidence']:.0%}, " + ("confirmed" if confirmation["confirmed"] else "not confirmed"))
 
 
 def _stall(candidates_dir: Path) -> dict | None:
