@@ -34,6 +34,9 @@ from pathlib import Path
 import pandas as pd
 
 EVO = [sys.executable, "-m", "evotrainer.cli", "stage"]
+# each stage forked from one preloaded process (evotrainer/forkserver.py), as the workflow's local jobs are: the
+# imports of torch and transformers once, not per stage; EVOTRAINER_FORKSERVER=0 runs each in its own interpreter
+STAGE_ENV = os.environ | {"EVOTRAINER_FORKSERVER": os.environ.get("EVOTRAINER_FORKSERVER", "1")}
 
 
 def run_stage(args: list[str], log: Path, timings: dict, key: str, done: Path) -> None:
@@ -42,7 +45,7 @@ def run_stage(args: list[str], log: Path, timings: dict, key: str, done: Path) -
         return
     started = time.perf_counter()
     with log.open("w") as handle:
-        proc = subprocess.run([*EVO, *args], stdout=handle, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run([*EVO, *args], stdout=handle, stderr=subprocess.STDOUT, check=False, env=STAGE_ENV)
     if proc.returncode != 0:
         raise SystemExit(f"learning_curve: stage {args[0]} failed (exit {proc.returncode}); see {log}")
     timings[key] = round(time.perf_counter() - started, 1)
