@@ -26,6 +26,7 @@ def test_val_is_unchanged_and_the_confirmation_prompts_are_fresh(tmp_path):
     assert val_a.equals(val_b) and len(val_b) == 60  # the same val prompts and ids as a run without it
     confirm = pd.read_parquet(tmp_path / "b" / "confirm.parquet")
     assert 75 <= len(confirm) <= 150
+    assert confirm["prompt"].map(data.prompt_text).is_unique  # each prompt once
     texts = set(map(data.prompt_text, val_b["prompt"]))
     assert not texts & set(map(data.prompt_text, confirm["prompt"]))
     assert not set(confirm["prompt_id"]) & set(val_b["prompt_id"])

@@ -52,14 +52,17 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
 def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str) -> dict[str, pd.DataFrame]:
     """``search.selection=two_look``: the task's val draw of ``size + confirm`` rows as val (its first ``size``
     rows: a generator's val as without the confirmation) and the confirmation prompts (the rest, less any prompt
-    val holds, so that the confirmation is a look at prompts select never judged on)."""
+    val holds, so that the confirmation is a look at prompts select never judged on, each prompt once)."""
     if len(val) < size + confirm:
         raise TaskError(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + {confirm} "
                         f"val prompts; task {task!r} gave {len(val)}: lower search.confirm_prompts (or task.sizes.val), "
                         "or choose search.selection=corrected")
     head, rest = val.iloc[:size].reset_index(drop=True), val.iloc[size:size + confirm]
-    seen = set(map(prompt_text, head["prompt"]))
-    fresh = rest[[prompt_text(p) not in seen for p in rest["prompt"]]].reset_index(drop=True)
+    seen, keep = set(map(prompt_text, head["prompt"])), []
+    for text in map(prompt_text, rest["prompt"]):  # once each: a repeated prompt is no more evidence
+        keep.append(text not in seen)
+        seen.add(text)
+    fresh = rest[keep].reset_index(drop=True)
     if len(fresh) < confirm // 2:
         raise TaskError(f"search.selection=two_look: only {len(fresh)} of {confirm} confirmation prompts of task "
                         f"{task!r} are not already in val (its val partition repeats prompts): lower "
