@@ -497,6 +497,9 @@ def _summary(val_frame, log, job: TrainJob, split_name: str, usage: dict, eval_s
         summary |= {f"{split_name}_solve_rate": float(val_frame["correct"].mean()),
                     f"{split_name}_turns_mean": float(val_frame["turns"].mean()),
                     f"{split_name}_submit_rate": float((val_frame["termination"] == "submitted").mean())}
+    reverts = Path(job.out) / "restart_reverts.json"  # the local trainer's: restarts that collapsed were undone
+    if reverts.is_file():
+        summary["restart_reverts"] = read_json(reverts)["reverted"]
     return summary
 
 

@@ -1,6 +1,8 @@
 """The local trainer backend: GRPO in this process from the parent policy, restart chunks as the
 protocol asks, the trained policy saved to ``out/policy``. Multi-turn tasks train with the masked
-multi-turn GRPO of ``multiturn.py`` under the harness's env.yaml. Trusted code only: the reward arrives as an
+multi-turn GRPO of ``multiturn.py`` under the harness's env.yaml. A restart whose training collapsed
+(``scoring.training.collapsed``) is undone under ``search.revert_collapsed_control``: the next starts from the policy
+it started from, and ``restart_reverts.json`` says which. Trusted code only: the reward arrives as an
 object (the sandboxed worker), the curriculum as weights computed in the sandbox. Each optimizer step's train-log
 row goes to the job's tracker (``job.tracking``, evotrainer.tracking) as ``train/<column>`` at the train log's
 step (restart chunks continue the count)."""
@@ -19,7 +21,9 @@ from evotrainer.backends import TrainJob
 from evotrainer.config import load as load_config
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.contracts.task import Task
-from evotrainer.scoring import Reward
+from evotrainer.scoring import Reward, training
+
+RESTART_REVERTS = "restart_reverts.json"  # beside a restarted run's policy: which restarts collapsed and were undone
 
 
 def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | None, cfg=None) -> pd.DataFrame:
@@ -45,8 +49,14 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
     heartbeat = out / "progress.json"  # the supervising stage reads it to tell a hang from slow progress
     chunk_steps = job.steps // job.restarts
     logs = []
+    # the fixed arms train in restarts, one per generation's worth: a restart whose training collapsed hands on the
+    # policy it started from, as the loop's next generation does after a collapsed winner
+    # (search.revert_collapsed_control: the same rule for every arm; docs/compute-ledger.md)
+    revert = job.restarts > 1 and bool(cfg.search.revert_collapsed_control)
+    reverts = []
     with tracking.Tracker(job.tracking) as tracker:
         for chunk in range(job.restarts):
+            start_state = {k: v.detach().clone() for k, v in model.state_dict().items()} if revert else None
             # the train log's step: chunks continue the count (by steps, or by the rows logged before a budget chunk)
             offset = chunk * chunk_steps if job.budget_unit == "steps" else sum(len(log) for log in logs)
 
@@ -66,6 +76,15 @@ def train(job: TrainJob, *, reward: Reward, task: Task, weights: np.ndarray | No
                                        seed=seed + chunk, weights=weights, precision=cfg.trainer.precision, on_step=beat,
                                        budget_unit=job.budget_unit, budget=job.budget // job.restarts)
             logs.append(chunk_log.assign(step=chunk_log["step"] + offset))
+            seen = training.trend(chunk_log) if revert else None
+            if seen is not None and training.collapsed(seen):
+                model.load_state_dict(start_state)
+                reverts.append({"restart": chunk, "start_accuracy": seen["start_accuracy"],
+                                "end_accuracy": seen["end_accuracy"], "z": seen["z"], "steps": seen["steps"]})
+                print(f"trainer: restart {chunk} collapsed (verified training accuracy {seen['start_accuracy']:.3f} -> "
+                      f"{seen['end_accuracy']:.3f}); the next restart starts from the policy it started from")
+    if revert:
+        write_json(out / RESTART_REVERTS, {"restarts": job.restarts, "reverted": reverts})
     model.eval()
     with atomic_dir(out / "policy") as tmp:
         save_policy(model.cpu(), tokenizer, tmp)
