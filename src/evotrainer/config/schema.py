@@ -416,7 +416,7 @@ class SearchConf:
     # (the best candidate not behind on its first rung is confirmed on confirm_prompts fresh val prompts; rungs
     # only; docs/schedule.md), greedy
     selection: str = one_of("bootstrap", "greedy", "bootstrap", "corrected", "two_look")
-    # two_look: the fresh val prompts the finalist and the control answer (held out of val by the data stage,
+    # two_look: the fresh val prompts the finalist and the control answer (split from val by prompt at the data stage,
     # charged to the generation: the winner's continuation gets that much less) and the confirmation's two-sided
     # level (0.90: promoting a candidate that is not better stays <= 5% a generation)
     confirm_prompts: int = between(4000, 10, 10**6)

@@ -8,9 +8,12 @@ no order). Files a user gives (verl parquet, HumanEval) keep their own split; on
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from evotrainer import split_secret
@@ -20,6 +23,7 @@ from evotrainer.stages.common import config, task_of
 
 HELD_OUT = "test"  # must share no prompt with the splits made before it
 CONFIRM = "confirm"  # search.selection=two_look: fresh val prompts for the confirmation (split_confirm)
+CONFIRM_MARGIN = 1.15  # the val draw split_confirm divides: enough rows for both sides however the prompts fall
 
 
 def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None:
@@ -31,11 +35,12 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
     sizes = {split: cfg.task.sizes[split] for split in splits if split != CONFIRM}
     confirm = int(cfg.search.confirm_prompts) if CONFIRM in splits else 0
     if confirm:  # search.selection=two_look: val and its confirmation prompts from one draw of the val partition
-        sizes["val"] = int(cfg.task.sizes["val"]) + confirm
+        sizes["val"] = math.ceil(CONFIRM_MARGIN * (int(cfg.task.sizes["val"]) + confirm))
     secret = split_secret.load_or_create(cfg.results_dir)
-    made = task.splits(sizes, split_secret.split_seed(secret, cfg.task.seed))
+    seed = split_secret.split_seed(secret, cfg.task.seed)
+    made = task.splits(sizes, seed)
     if confirm:
-        made |= split_confirm(made["val"], int(cfg.task.sizes["val"]), confirm, cfg.task.name)
+        made |= split_confirm(made["val"], int(cfg.task.sizes["val"]), confirm, cfg.task.name, seed)
         made = {split: made[split] for split in splits}
     frames = {split: with_opaque_ids(check_split(frame, f"task {cfg.task.name!r}, split {split!r}"), split, secret)
               for split, frame in made.items()}
@@ -49,25 +54,27 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
         write_parquet(out / f"{split}.parquet", frame)
 
 
-def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str) -> dict[str, pd.DataFrame]:
-    """``search.selection=two_look``: the task's val draw of ``size + confirm`` rows as val (its first ``size``
-    rows: a generator's val as without the confirmation) and the confirmation prompts (the rest, less any prompt
-    val holds, so that the confirmation is a look at prompts select never judged on, each prompt once)."""
-    if len(val) < size + confirm:
+def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str, seed: int) -> dict[str, pd.DataFrame]:
+    """``search.selection=two_look``: val and the confirmation prompts from one draw of the task's val split
+    (``val``, a little more than ``size + confirm`` rows). Each distinct prompt goes to one side by a keyed hash
+    (a share ``confirm / (size + confirm)`` to the confirmation), so the two never share a prompt and both keep the
+    draw's mix: its difficulty levels, and its repeats where a level has few prompts (a split made of the fresh
+    prompts only would miss the small, easy levels, where a repair often gains first). Val is the first ``size``
+    rows of its side, the confirmation the first ``confirm`` of the other."""
+    share = confirm / (size + confirm)
+
+    def to_confirm(text: str) -> bool:
+        digest = hashlib.blake2b(f"confirm:{seed}:{text}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64 < share
+
+    side = np.array([to_confirm(prompt_text(p)) for p in val["prompt"]], dtype=bool)
+    head, rest = val[~side].head(size).reset_index(drop=True), val[side].head(confirm).reset_index(drop=True)
+    if len(head) < size or len(rest) < confirm:
         raise TaskError(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + {confirm} "
-                        f"val prompts; task {task!r} gave {len(val)}: lower search.confirm_prompts (or task.sizes.val), "
-                        "or choose search.selection=corrected")
-    head, rest = val.iloc[:size].reset_index(drop=True), val.iloc[size:size + confirm]
-    seen, keep = set(map(prompt_text, head["prompt"])), []
-    for text in map(prompt_text, rest["prompt"]):  # once each: a repeated prompt is no more evidence
-        keep.append(text not in seen)
-        seen.add(text)
-    fresh = rest[keep].reset_index(drop=True)
-    if len(fresh) < confirm // 2:
-        raise TaskError(f"search.selection=two_look: only {len(fresh)} of {confirm} confirmation prompts of task "
-                        f"{task!r} are not already in val (its val partition repeats prompts): lower "
-                        "search.confirm_prompts or task.sizes.val")
-    return {"val": head, CONFIRM: fresh}
+                        f"val rows split by prompt; task {task!r} gave {len(head)} + {len(rest)} (its val partition "
+                        "is too small): lower search.confirm_prompts (or task.sizes.val), or choose "
+                        "search.selection=corrected")
+    return {"val": head, CONFIRM: rest}
 
 
 def prompt_text(prompt) -> str:
