@@ -46,6 +46,17 @@ def flawed_harness(flaw, out: Path) -> Path:
     return target
 
 
+def gain_by_difficulty(backtests: Path, finalist: str, split: str) -> dict:
+    """The finalist's paired gain over the control on ``split``'s rollouts, by difficulty level (mean, prompts)."""
+    import pandas as pd
+
+    pair = pd.read_parquet(backtests / finalist / f"{split}_rollouts.parquet").merge(
+        pd.read_parquet(backtests / "control" / f"{split}_rollouts.parquet"), on="prompt_id", suffixes=("", "_control"))
+    pair["gain"] = pair["correct"].astype(float) - pair["correct_control"].astype(float)
+    return {str(level): {"gain": round(float(rows["gain"].mean()), 4), "rows": int(len(rows))}
+            for level, rows in pair.groupby("difficulty")}
+
+
 def snakemake_key(override: str) -> str:
     """``a.b.c=v`` as Snakemake's --config takes it (``a__b__c=v``)."""
     key, value = override.split("=", 1)
@@ -75,7 +86,11 @@ def run_seed(args, flaw, harness: Path, seed: int) -> dict:
         promoted = chosen["promoted"]
         diff_path = folder / f"gen{g}" / "candidates" / promoted / "harness.diff"
         files = sorted(touched_files(diff_path.read_text())) if promoted != "control" and diff_path.exists() else []
+        look = chosen.get("confirmation")
+        by_level = {split: gain_by_difficulty(folder / f"gen{g}" / "backtest", look["finalist"], split)
+                    for split in ("val", "confirm")} if look else None
         promotions.append({"generation": g, "promoted": promoted, "intervention": chosen["intervention"],
+                           "finalist_gain_by_difficulty": by_level,
                            "files": files, "repair": bool(set(files) & flawed_files),
                            "gain": chosen["gain_vs_control"], "interval": chosen.get("promoted_gain_interval"),
                            "confirmation": chosen.get("confirmation"),
@@ -96,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "results" / "repair-promotion")
     parser.add_argument("--name", default=None, help="the runs' name stem (default: the flaw's)")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--note", default="", help="a line the record carries (how the runs were made)")
     parser.add_argument("overrides", nargs="*", help="config overrides after the suite's shape (KEY=VALUE)")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
@@ -106,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = [s for s in seeds if s["status"] == "ok"]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     record = {"command": "benchmarks/repair_promotion.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "commit": commit, "flaw": flaw.name, "selection": args.selection,
+              "commit": commit, "note": args.note, "flaw": flaw.name, "selection": args.selection,
               "shape": SUITE_SHAPE + list(args.overrides), "seeds": seeds,
               "repaired_by_gen1": f"{sum(s['repair_promoted_by_gen1'] for s in ok)}/{len(ok)}",
               "job_seconds": round(sum(s["job_seconds"] for s in ok), 1)}
