@@ -98,3 +98,17 @@ def test_two_look_confirms_the_best_candidate_not_behind_or_keeps_the_control():
         decide(slots, rule="two_look")
     with pytest.raises(ValueError, match="finalist is None but the confirmation is there"):
         decide(behind, rule="two_look", confirmation=interval(0.01, 0.02))
+
+
+def test_a_repeated_prompts_rows_are_resampled_together():
+    """A greedy policy answers a repeated prompt the same way each time: 20 prompts drawn 10 times each are 20
+    observations, not 200, and the interval says so; without repeats it is the plain paired bootstrap."""
+    rng = np.random.default_rng(5)
+    y_unique = (rng.random(20) < 0.4).astype(float)
+    x_unique = np.where(rng.random(20) < 0.3, 1.0 - y_unique, y_unique)
+    x, y, prompts = np.repeat(x_unique, 10), np.repeat(y_unique, 10), np.repeat([f"p{i}" for i in range(20)], 10)
+    rows, clustered = gain_interval(x, y, 0.95), gain_interval(x, y, 0.95, clusters=prompts)
+    assert clustered["gain"] == rows["gain"] and clustered["prompts"] == 20
+    assert clustered["ci_high"] - clustered["ci_low"] > 2.5 * (rows["ci_high"] - rows["ci_low"])
+    distinct = np.array([f"q{i}" for i in range(200)])
+    assert gain_interval(x, y, 0.95, clusters=distinct) == rows

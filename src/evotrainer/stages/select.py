@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from evotrainer.atomic import copy_tree, read_json, write_json
@@ -186,7 +187,9 @@ def confirm(cfg, backtest_dir: Path, finalist: str, confirm_split: str, generati
         tokens += int(frame["response_tokens"].sum())
     common = correct[CONTROL].index.intersection(correct[finalist].index)
     level = float(cfg.search.confirm_confidence)
-    interval = gain_interval(correct[finalist].loc[common].to_numpy(), correct[CONTROL].loc[common].to_numpy(), level)
+    texts = prompts.set_index("prompt_id")["prompt"].map(str)
+    interval = gain_interval(correct[finalist].loc[common].to_numpy(), correct[CONTROL].loc[common].to_numpy(), level,
+                             clusters=texts.loc[common].to_numpy())
     unit = ledger.unit_of(cfg.search.budget_unit)
     ok = selection.confirmed(interval, min_gain=cfg.search.min_gain)
     print(f"select: {finalist} on {len(common):,} fresh prompts: {interval['gain']:+.3f} "
@@ -330,35 +333,59 @@ def _bytes(measured: float) -> int | None:
     return None if measured == float("inf") else int(measured)
 
 
-def _val_correct(backtest: Path, seeds: int) -> pd.Series:
+def _val_correct(backtest: Path, seeds: int, split: str = "val") -> pd.DataFrame:
+    """Each (seed, row)'s correctness and prompt text (what a repeated prompt's rows share), keyed by seed and
+    prompt id."""
     frames = []
     for s in range(seeds):
-        path = TrainingRunLayout(backtest).seed(s).val_rollouts
-        frame = pd.read_parquet(path, columns=["prompt_id", "correct"])
-        frames.append(frame.assign(key=f"{s}:" + frame["prompt_id"]).set_index("key")["correct"])
-    return pd.concat(frames).astype(float)
+        path = TrainingRunLayout(backtest).seed(s).rollouts(split)
+        frame = pd.read_parquet(path, columns=["prompt_id", "correct", "prompt"])
+        frames.append(frame.assign(key=f"{s}:" + frame["prompt_id"]).set_index("key")[["correct", "prompt"]])
+    both = pd.concat(frames)
+    return both.assign(correct=both["correct"].astype(float), prompt=both["prompt"].astype(str))
 
 
-def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence: float) -> dict:
-    """Bootstrap interval of (candidate - control) val accuracy, paired over (seed, val prompt)."""
-    cand, ctrl = _val_correct(candidate, seeds), _val_correct(control, seeds)
+def paired_gain_interval(candidate: Path, control: Path, seeds: int, confidence: float, split: str = "val") -> dict:
+    """Bootstrap interval of (candidate - control) accuracy on ``split``, paired over (seed, prompt row), with a
+    prompt's repeated rows resampled together (``gain_interval``'s clusters)."""
+    cand, ctrl = _val_correct(candidate, seeds, split), _val_correct(control, seeds, split)
     common = cand.index.intersection(ctrl.index)
-    return gain_interval(cand.loc[common].to_numpy(), ctrl.loc[common].to_numpy(), confidence)
+    return gain_interval(cand.loc[common, "correct"].to_numpy(), ctrl.loc[common, "correct"].to_numpy(), confidence,
+                         clusters=ctrl.loc[common, "prompt"].to_numpy())
 
 
-def gain_interval(x, y, confidence: float) -> dict:
+def gain_interval(x, y, confidence: float, clusters=None) -> dict:
     """The paired bootstrap interval of mean(x) - mean(y) (x, y: the candidate's and the control's correctness on
-    the same keys) that select judges a candidate by; benchmarks/select_power.py feeds it simulated gains."""
+    the same keys) that select judges a candidate by; benchmarks/select_power.py feeds it simulated gains.
+    ``clusters``: each key's prompt; where a prompt has several rows (a task whose small levels repeat prompts:
+    arithmetic's easy level has 80 val prompts for about 190 of 1,000 val rows), its rows are resampled together,
+    since a greedy policy answers a repeated prompt the same way every time and the rows are one observation, not
+    several. Without repeats: the plain paired bootstrap."""
     from scipy.stats import bootstrap
 
     gain = float(x.mean() - y.mean())
     if (x == y).all():
         return {"gain": gain, "ci_low": gain, "ci_high": gain, "pairs": int(len(x))}
+    if clusters is not None and len(set(clusters)) < len(clusters):
+        return _cluster_interval(x, y, clusters, confidence) | {"gain": gain, "pairs": int(len(x))}
     result = bootstrap((x, y), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis), paired=True,
                        vectorized=True, n_resamples=2000, confidence_level=confidence, method="percentile",
                        random_state=0)
     return {"gain": gain, "ci_low": float(result.confidence_interval.low),
             "ci_high": float(result.confidence_interval.high), "pairs": int(len(x))}
+
+
+def _cluster_interval(x, y, clusters, confidence: float, resamples: int = 2000) -> dict:
+    """Percentile bootstrap of the row-weighted mean difference, resampling prompts (``clusters``) with all of
+    their rows: the ratio of the resampled prompts' summed differences to their row counts."""
+    codes, index = np.unique(np.asarray(clusters), return_inverse=True)
+    diff = np.bincount(index, weights=np.asarray(x, float) - np.asarray(y, float), minlength=len(codes))
+    rows = np.bincount(index, minlength=len(codes)).astype(float)
+    draws = np.random.default_rng(0).integers(0, len(codes), size=(resamples, len(codes)))
+    means = diff[draws].sum(axis=1) / rows[draws].sum(axis=1)
+    tail = (1.0 - confidence) / 2
+    return {"ci_low": float(np.quantile(means, tail)), "ci_high": float(np.quantile(means, 1.0 - tail)),
+            "prompts": int(len(codes))}
 
 
 def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:
