@@ -46,6 +46,15 @@ def flawed_harness(flaw, out: Path) -> Path:
     return target
 
 
+def bootstrap_choice(chosen: dict) -> str:
+    """search.selection=bootstrap's pick from a selection's recorded intervals (made at search.confidence): the
+    best val accuracy among the candidates whose interval's lower end is above min_gain, else the control."""
+    intervals = chosen.get("intervals") or {}
+    by_id = {c["candidate_id"]: c for c in chosen["candidates"]}
+    eligible = [cid for cid, interval in sorted(intervals.items()) if interval["ci_low"] > chosen["min_gain"]]
+    return max(eligible, key=lambda cid: (by_id[cid]["val_accuracy"], -sorted(by_id).index(cid)), default="control")
+
+
 def gain_by_difficulty(backtests: Path, finalist: str, split: str) -> dict:
     """The finalist's paired gain over the control on ``split``'s rollouts, by difficulty level (mean, prompts)."""
     import pandas as pd
@@ -91,6 +100,9 @@ def run_seed(args, flaw, harness: Path, seed: int) -> dict:
                     for split in ("val", "confirm")} if look else None
         promotions.append({"generation": g, "promoted": promoted, "intervention": chosen["intervention"],
                            "finalist_gain_by_difficulty": by_level,
+                           # today's rule on the same first rungs (its 95% intervals select recorded): what it would
+                           # have promoted here; from generation 1 on, the parent may differ from its own run's
+                           "bootstrap_would_promote": bootstrap_choice(chosen),
                            "files": files, "repair": bool(set(files) & flawed_files),
                            "gain": chosen["gain_vs_control"], "interval": chosen.get("promoted_gain_interval"),
                            "confirmation": chosen.get("confirmation"),
