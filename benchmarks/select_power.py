@@ -16,11 +16,9 @@ recorded on the flaws suite's 1,000-prompt rungs: 0.026-0.030, docs/measured/fla
 The rules:
 - ``bootstrap``: select today, each candidate alone at 95%;
 - ``corrected``: each of the k candidates at 1 - 0.05 / k (Bonferroni; ``search.selection=corrected``);
-- ``two_look``: the design of issue 66, simulated here and not yet run by the workflow. The best candidate not
-  behind the control beyond noise on the first rung (``finalist``) and the control train a second rung and answer
-  ``--confirm-prompts`` fresh val prompts; it is promoted where that look's 90% interval (one-sided 5%) is above
-  0 (``confirmed``). The true gain is the same at both looks (a repair's gain usually grows with training: this
-  is the pessimistic case).
+- ``two_look`` (``search.selection=two_look``): the best candidate not behind the control beyond noise on the
+  first rung (``finalist``) and the control answer ``--confirm-prompts`` fresh val prompts; it is promoted where
+  that look's 90% interval (one-sided 5%) is above 0 (``confirmed``). The true gain is the same at both looks.
 
 For each rule and gain it prints the share of generations that promoted the candidate with the gain (for gain 0:
 any candidate, the per-generation false promotion rate), and the val answers the rule samples a generation.

@@ -151,9 +151,9 @@ def _decide_two_look(slots: Sequence[Slot], *, min_gain: float, confidence: floa
 
 
 def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:
-    """The two-look design's screen (issue 66; simulated by benchmarks/select_power.py, not yet run by the
-    workflow): the valid candidate with the best val accuracy among those not behind the control beyond noise
-    (its gain interval's upper end above ``min_gain``); None where every candidate is behind."""
+    """The two-look design's screen (``search.selection=two_look``): the valid candidate with the best val
+    accuracy among those not behind the control beyond noise (its gain interval's upper end above ``min_gain``);
+    None where every candidate is behind."""
     order = [s.candidate_id for s in slots]
     alive = [s for s in slots if s.status == "ok" and s.candidate_id != CONTROL and not s.vetoes
              and s.val_accuracy is not None and s.interval is not None and float(s.interval["ci_high"]) > min_gain]
@@ -162,8 +162,8 @@ def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:
 
 
 def confirmed(confirmation: Mapping, *, min_gain: float = 0.0) -> bool:
-    """The two-look design's confirmation: the finalist's paired gain interval on fresh val prompts (after a
-    second rung for it and the control) has its lower end above ``min_gain``. One test on data the screen never
+    """The two-look design's confirmation: the finalist's paired gain interval on fresh val prompts (its and the
+    control's first-rung policies answer them) has its lower end above ``min_gain``. One test on data the screen never
     saw, so the chance of promoting a candidate that is not better is at most the interval's one-sided miss rate,
     whatever the number of candidates screened."""
     return float(confirmation["ci_low"]) > min_gain
