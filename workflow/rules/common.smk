@@ -177,7 +177,7 @@ def run_config(wildcards):
 
 
 def loop_splits():
-    """The splits the data rule makes: the confirmation prompts too under search.selection=two_look."""
+    """The loop's splits (and, under search.selection=two_look, its confirmation prompts too)."""
     return ("train", "val", "probe") + (("confirm",) if CFG.search.selection == "two_look" else ())
 
 
