@@ -591,18 +591,30 @@ def schema_key_problem(key: str) -> str | None:
     return None
 
 
+_SCHEMAS: dict[type, DictConfig] = {}
+
+
+def _schema(task_type: type, name: str) -> DictConfig:
+    """The structured schema with ``task_type`` as its task, built once per task type (~17 ms each; a Snakemake
+    parse validates one config per headline seed and arm, ~16)."""
+    if task_type not in _SCHEMAS:
+        schema = OmegaConf.structured(Config)
+        try:
+            schema.task = task_type()
+        except (ValueError, TypeError, OmegaConfBaseException) as err:  # e.g. a field type OmegaConf cannot hold
+            raise ConfigError(f"config: task {name!r}: its Config cannot be a config group ({err})") from err
+        _SCHEMAS[task_type] = schema
+    return _SCHEMAS[task_type]
+
+
 def validate(cfg: DictConfig) -> DictConfig:
     _check_renamed_groups(cfg)  # before the merge, whose "not in 'Config'" would not say the new name
-    schema = OmegaConf.structured(Config)
     name = _task_name(cfg)
     task_type = task_schema(name)  # the fields every task has and the chosen task's own
     _check_task_keys(cfg, name, task_type)
+    schema = _schema(task_type, name)
     try:
-        schema.task = task_type()
-    except (ValueError, TypeError, OmegaConfBaseException) as err:  # e.g. a field type OmegaConf cannot hold
-        raise ConfigError(f"config: task {name!r}: its Config cannot be a config group ({err})") from err
-    try:
-        merged = OmegaConf.merge(schema, cfg)
+        merged = OmegaConf.merge(schema, cfg)  # a copy: the cached schema is never changed
     except ConfigKeyError as err:  # a key no dataclass has (a YAML file's typo)
         key = getattr(err, "full_key", None) or "?"
         raise ConfigError(schema_key_problem(key) or f"config: bad key '{key}': {getattr(err, 'msg', err)}") from None
