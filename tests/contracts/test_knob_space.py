@@ -219,3 +219,44 @@ def test_a_longer_response_under_a_responses_budget_is_refused_and_the_catalogue
         return {p.intervention for p in HeuristicAgent().propose(agent_context, 30)}
 
     assert "raise_max_response_len" in offered("tokens") and "raise_max_response_len" not in offered("responses")
+
+
+@pytest.mark.fast
+def test_more_turns_per_episode_under_a_responses_budget_is_refused_and_the_catalogue_does_not_offer_it(tmp_path):
+    """A multi-turn task counts an episode as one response, all of its turns: under a responses budget more turns
+    (env.yaml max_turns) is compute the ledger does not charge, refused like a longer response; fewer turns are
+    fine, and a tokens budget charges every turn's tokens. A harness without max_turns plays the task config's."""
+    from evotrainer.agents.heuristic import HeuristicAgent
+    from evotrainer.contracts.candidate import Proposal
+    from evotrainer.contracts.intervention import set_recipe_values, unified_diff
+    from evotrainer.stages.propose import _validation
+    from evotrainer.tasks.agentic_interventions import AGENTIC_CATALOGUE
+
+    harness = tmp_path / "agentic"
+    shutil.copytree(Path(DEFAULT_HARNESS).parent / "agentic", harness, ignore=shutil.ignore_patterns("__pycache__"))
+    env = (harness / "env.yaml").read_text()
+    turns = int(yaml.safe_load(env)["max_turns"])
+
+    def turns_diff(value: int) -> Proposal:
+        return Proposal("turns", "h", [], "", unified_diff("env.yaml", env, set_recipe_values(env, {"max_turns": value})))
+
+    refused = _validation(turns_diff(turns + 4), str(harness), unit="responses")
+    assert refused["failure_label"] == "uncharged_compute" and f"max_turns {turns} -> {turns + 4}" in refused["error"]
+    assert _validation(turns_diff(turns + 4), str(harness), unit="tokens")["ok"]
+    assert _validation(turns_diff(turns - 2), str(harness), unit="responses")["ok"]
+    assert not {"recipe", "env"} & set(_validation(turns_diff(turns - 2), str(harness), unit="responses"))
+    # a parent without max_turns plays the task's turns: adding more than those is raising them
+    (harness / "env.yaml").write_text("".join(line for line in env.splitlines(keepends=True)
+                                              if not line.startswith("max_turns")))
+    unset = (harness / "env.yaml").read_text()
+    adds = Proposal("turns", "h", [], "", unified_diff("env.yaml", unset, unset + f"max_turns: {turns + 4}\n"))
+    assert _validation(adds, str(harness), unit="responses", task_turns=turns)["failure_label"] == "uncharged_compute"
+    assert _validation(adds, str(harness), unit="responses", task_turns=turns + 4)["ok"]
+    (harness / "env.yaml").write_text(env)
+    cut = [{"name": "turn_limit_rate", "severity": "critical", "value": 0.9, "threshold": 0.3, "layer": "trusted"}]
+
+    def offered(unit):
+        agent_context = replace(context(harness, ledger_unit=unit, interventions=AGENTIC_CATALOGUE), findings=cut)
+        return {p.intervention for p in HeuristicAgent().propose(agent_context, 30)}
+
+    assert "raise_max_turns" in offered("tokens") and "raise_max_turns" not in offered("responses")

@@ -28,7 +28,7 @@ from evotrainer.sandbox.candidate_check import validate
 
 SEVERITY_WEIGHT = {"warn": 1.0, "critical": 2.0}
 # catalogue entries that buy compute a responses budget does not charge (stages/propose.uncharged_compute)
-UNCHARGED_UNDER_RESPONSES = frozenset({"raise_max_response_len"})
+UNCHARGED_UNDER_RESPONSES = frozenset({"raise_max_response_len", "raise_max_turns"})
 MAX_RESPONSE_LEN = int(RECIPE_SCHEMA["max_response_len"].high)
 
 

@@ -78,14 +78,15 @@ def check_harness(harness_dir: str | Path, import_timeout_s: float = 30.0, isola
 
 def validate(harness_dir: str | Path, diff_text: str, with_recipe: bool = False) -> dict:
     """Apply and check in a scratch directory; returns {"ok", "failure_label", "error", "files", "harness_id"},
-    and with ``with_recipe`` the applied harness's checked recipe (``recipe``) where it is ok."""
+    and with ``with_recipe`` the applied harness's checked recipe (``recipe``) and env.yaml knobs (``env``, {}
+    without one) where it is ok."""
     with scratch_dir(prefix="evotrainer-candidate-") as scratch:  # removed by remove_tree: never fails
         try:
             files = touched_files(diff_text) if diff_text.strip() else []
             applied = apply_diff(harness_dir, diff_text, scratch / "harness")
             check_harness(applied)
             applied_id = harness_id(applied)
-            recipe = {"recipe": load_recipe(applied)} if with_recipe else {}
+            recipe = {"recipe": load_recipe(applied), "env": load_env(applied)} if with_recipe else {}
         except CandidateError as err:
             return {"ok": False, "failure_label": err.label, "error": bounded_text(str(err)), "files": []}
     return {"ok": True, "failure_label": None, "error": None, "files": files, "harness_id": applied_id} | recipe

@@ -8,7 +8,7 @@ the lineage records it and the generation goes on without it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evotrainer.agents import ProposalContext, make_agent
@@ -16,7 +16,7 @@ from evotrainer.atomic import atomic_dir, read_json, write_json
 from evotrainer.contracts import agent_calls, ledger, lineage
 from evotrainer.contracts import skill as skills
 from evotrainer.contracts.candidate import CONTROL, Proposal
-from evotrainer.contracts.harness import harness_id, load_recipe
+from evotrainer.contracts.harness import harness_id, load_env, load_recipe
 from evotrainer.contracts.text import bounded_text
 from evotrainer.layout import RunLayout
 from evotrainer.runtime import diff_hash
@@ -81,7 +81,7 @@ def run(config_path: str, diagnosis_json: str, harness_dir: str, lineage_parts: 
                 # an agent's failed candidate (FailedProposal) keeps its label; the rest are checked here, against
                 # the harness they start from (a named parent's: PBT, population branches)
                 "validation": _validation(proposal, harness_dir, diagnosis_json, generation,
-                                          ledger.unit_of(cfg.search.budget_unit)),
+                                          ledger.unit_of(cfg.search.budget_unit), cfg.task.get("max_turns")),
             }
             record.pop("diff")
             record["hypothesis"] = bounded_text(record.get("hypothesis") or "")
@@ -153,17 +153,21 @@ def crossover_proposal(cfg, context: ProposalContext, run_layout: RunLayout, gen
 
 
 def _validation(proposal: Proposal, harness_dir: str, run_path: str | None = None, generation: int = 0,
-                unit: str = "responses") -> dict:
+                unit: str = "responses", task_turns: int | None = None) -> dict:
     """The candidate's check, its error text bounded; whatever goes wrong checking one candidate fails that
     candidate (with the error's label where it has one), never the stage and the candidates after it. ``unit``:
-    the ledger's (a candidate that buys what it does not charge fails: uncharged_compute)."""
+    the ledger's (a candidate that buys what it does not charge fails: uncharged_compute); ``task_turns``: the
+    task config's turns per episode, which a harness without ``max_turns`` in its env.yaml plays."""
     result = getattr(proposal, "failure", None)
     if not result:
         try:
             if proposal.parent and run_path:
                 _, harness_dir = starting_point(run_path, asdict(proposal), generation, "", harness_dir)
             result = validate(harness_dir, proposal.diff, with_recipe=True)
-            result = uncharged_compute(load_recipe(harness_dir), result.pop("recipe", None), unit) or result
+            parent = Limits.of(load_recipe(harness_dir), load_env(harness_dir), task_turns)
+            candidate = result.pop("recipe", None), result.pop("env", None)
+            if candidate[0] is not None:
+                result = uncharged_compute(parent, Limits.of(*candidate, task_turns), unit) or result
         except Exception as err:  # noqa: BLE001 - one candidate's check never stops the others
             label = getattr(err, "label", None)
             result = {"ok": False, "failure_label": label if label in lineage.FAILURE_LABELS else "sandbox_crash",
@@ -173,17 +177,34 @@ def _validation(proposal: Proposal, harness_dir: str, run_path: str | None = Non
     return result
 
 
-def uncharged_compute(parent: dict, recipe: dict | None, unit: str) -> dict | None:
-    """A failed check where the candidate's recipe buys compute the ledger's ``unit`` does not charge: a longer
-    ``max_response_len`` under a responses budget (each response may generate more tokens, and the tuners may
-    not move it: contracts/knob_space.NOT_SEARCHED). Under a tokens budget the ledger charges it. None: fine."""
-    if recipe is None or unit != "responses":
+@dataclass(frozen=True)
+class Limits:
+    """What one sampled response may cost: its tokens (recipe ``max_response_len``) and, on multi-turn tasks, its
+    turns (env.yaml ``max_turns``; without it, the task config's; None: single-turn)."""
+
+    max_response_len: int
+    max_turns: int | None
+
+    @classmethod
+    def of(cls, recipe: dict, env: dict | None, task_turns: int | None) -> Limits:
+        turns = (env or {}).get("max_turns", task_turns)
+        return cls(int(recipe["max_response_len"]), None if turns is None else int(turns))
+
+
+def uncharged_compute(parent: Limits, candidate: Limits, unit: str) -> dict | None:
+    """A failed check where the candidate buys compute the ledger's ``unit`` does not charge: under a responses
+    budget, a longer ``max_response_len`` (each response may generate more tokens, and the tuners may not move it:
+    contracts/knob_space.NOT_SEARCHED) or more turns per episode (env.yaml ``max_turns``: a multi-turn task counts
+    an episode as one response, all of its turns). Under a tokens budget the ledger charges both. None: fine."""
+    if unit != "responses":
         return None
-    old, new = int(parent["max_response_len"]), int(recipe["max_response_len"])
-    if new <= old:
+    raised = [f"{name} {old} -> {new}" for name, old, new in (
+        ("max_response_len", parent.max_response_len, candidate.max_response_len),
+        ("max_turns", parent.max_turns, candidate.max_turns)) if old is not None and new is not None and new > old]
+    if not raised:
         return None
     return {"ok": False, "failure_label": "uncharged_compute", "files": [],
-            "error": f"max_response_len {old} -> {new} under a responses budget: a longer response is compute the "
+            "error": f"{', '.join(raised)} under a responses budget: a longer response or episode is compute the "
                      "ledger does not charge (search.budget_unit=tokens charges it)"}
 
 
