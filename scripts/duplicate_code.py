@@ -9,12 +9,14 @@ astroid, and runs pylint's ``Symilar`` comparison on them. ~2 s. tests/core/test
 equal: the same stripped lines as pylint's astroid path, file by file, and the same report on planted copies.
 
     python scripts/duplicate_code.py [--min-lines 6] PATH...    # exit 1 and the report where any block repeats
+    python scripts/duplicate_code.py --compare-with-pylint PATH...  # JSON: files whose lines differ from pylint's
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -80,11 +82,29 @@ def similarities(paths: Iterable[str], min_lines: int = 6) -> tuple[int, str]:
     return len(sims), checker._get_similarity_report(sims)  # noqa: SLF001
 
 
+def compare_with_pylint(paths: Iterable[str]) -> dict:
+    """Every file's stripped lines here against pylint's own astroid path (slow: pylint's ~95 s on the package)."""
+    from pylint.checkers.symilar import stripped_lines
+
+    files = python_files(paths)
+    differ = [str(path) for path in files
+              if line_set(path).stripped_lines != stripped_lines(
+                  path.read_text(encoding="utf-8").splitlines(keepends=True), True, True, True, True)]
+    return {"command": "python scripts/duplicate_code.py --compare-with-pylint " + " ".join(map(str, paths)),
+            "files": len(files), "differ": differ}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--min-lines", type=int, default=6)
+    parser.add_argument("--compare-with-pylint", action="store_true",
+                        help="print, as JSON, the files whose stripped lines differ from pylint's astroid path")
     args = parser.parse_args(argv)
+    if args.compare_with_pylint:
+        record = compare_with_pylint(args.paths)
+        print(json.dumps(record, indent=2))
+        return 1 if record["differ"] else 0
     found, report = similarities(args.paths, args.min_lines)
     print(report.strip())
     return 1 if found else 0
