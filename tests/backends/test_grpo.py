@@ -151,3 +151,27 @@ def test_each_recipe_knob_changes_the_update(tiny_policy, splits, changes, task)
     assert np.isfinite(logs[1]["loss"]).all()
     # same seed, same data: any difference comes from the knob
     assert not np.allclose(logs[0][["loss", "reward_mean"]].to_numpy(), logs[1][["loss", "reward_mean"]].to_numpy())
+
+
+def test_slots_of_a_generation_train_on_the_same_batches_whatever_their_recipe_or_reward(tiny_policy, splits, task):
+    """Common random numbers: every slot of a generation trains under the same seed (trainer.py: runtime.seed_for
+    of the run's seed, the generation and the training seed, never the candidate), so without dynamic sampling's
+    refills and with the same prompts per step the control and a candidate that changes the learning rate or the
+    reward draw the same prompts at every step; only what the policies answer differs."""
+    def drawn(recipe, scale):
+        prompts = []
+
+        def recording(data_source, solution_str, ground_truth, extra_info=None):
+            prompts.append((ground_truth, (extra_info or {}).get("prompt_id")))
+            return scale * float(solution_str.strip() == str(ground_truth))
+
+        model, tok = load_policy(tiny_policy)
+        train(model, tok, recipe, splits["train"], InProcessReward(recording), task=task, steps=3, seed=7,
+              show_progress=False)
+        return prompts
+
+    control = drawn(_recipe(), 1.0)
+    assert len(control) == 3 * _recipe()["prompts_per_step"] * _recipe()["group_size"]
+    assert drawn(_recipe(lr=_recipe()["lr"] * 3), 1.0) == control
+    assert drawn(_recipe(), 0.5) == control  # another reward
+    assert len(set(control)) > 8  # many prompts, not one drawn over and over
