@@ -195,3 +195,44 @@ def test_one_seed_that_repairs_and_two_that_do_not_is_no_verdict_and_a_wide_inte
     assert every["verdict"]["loop"] == "too_few_seeds" and low < 0.8 and high > 1.2
     assert "too few seeds" in write_markdown({"flaws": rows} | suite_table([], tuner="tpe", seeds=3, min_gap=0.1)
                                              | {"flaws": rows})
+
+
+def test_a_saved_table_is_recomputed_under_todays_rules_only_where_it_holds_each_seeds_values(tmp_path):
+    """`evotrainer stage flaws-recompute`: an old one-seed table that called a flaw without the gap "recovers" now
+    says not_admitted; an admitted one-seed flaw is too_few_seeds; a three-seed table that saved only the seeds'
+    means is not recomputed (rerun it); a table with five seeds' recoveries that disagree is undecided."""
+    import json
+
+    from evotrainer.report.flaws import recompute
+
+    one_seed = {"loop": 0.4665, "tuner": 0.434, "flawed": 0.3725, "reference": 0.4385, "flawed_matched": 0.4115,
+                "warm_start": 0.32}
+    admitted = one_seed | {"reference": 0.60, "loop": 0.55}
+
+    def saved(rows, seeds):
+        path = tmp_path / f"saved{seeds}-{len(rows)}.json"
+        path.write_text(json.dumps({"tuner": "tpe", "seeds": seeds, "min_gap": 0.1, "confidence": 0.95,
+                                    "flaws": rows, "verdict": {}}))
+        return path
+
+    def row(flaw, acc, gap, **extra):
+        return {"flaw": flaw, "status": "ok", "knob_fixable": False, "seeds_scored": extra.pop("seeds_scored", 1),
+                "test_accuracy": acc, "gap": gap, "admitted": True, "verdict": {"loop": "recovers"}} | extra
+
+    out = tmp_path / "out.json"
+    recompute(str(saved([row("no_gap", one_seed, 0.027), row("gap", admitted, 0.1885)], 1)), str(out))
+    table = json.loads(out.read_text())
+    no_gap, gap = table["flaws"]
+    assert no_gap["verdict"] == {"loop": "not_admitted", "tuner": "not_admitted"}
+    assert no_gap["saved"]["verdict"] == {"loop": "recovers"}
+    assert gap["verdict"]["loop"] == "too_few_seeds" and gap["recovery"]["loop"] == pytest.approx(0.735, abs=1e-3)
+    assert table["verdict"]["not_admitted"] == ["no_gap"] and table["verdict"]["loop_too_few_seeds"] == ["gap"]
+    recompute(str(saved([row("means_only", admitted, 0.1885, seeds_scored=3)], 3)), str(out))
+    means_only = json.loads(out.read_text())["flaws"][0]
+    assert means_only["recomputed"] is False and means_only["verdict"]["loop"] == "not_recomputed"
+    five = {"loop": [1.35, 1.25, 1.0, 0.75, 0.65], "tuner": [0.0, 0.1, 0.0, 0.05, 0.0]}
+    recompute(str(saved([row("five", admitted, 0.1885, seeds_scored=5, recovery_per_seed=five)], 5)), str(out))
+    five_row = json.loads(out.read_text())["flaws"][0]
+    assert five_row["verdict"] == {"loop": "undecided", "tuner": "does_not"}
+    low, high = five_row["recovery_ci"]["loop"]
+    assert low < 0.7 < high

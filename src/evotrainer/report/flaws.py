@@ -33,12 +33,15 @@ A loop whose final harness reaches for a shipped harness file, or lands on its t
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from evotrainer.atomic import write_json
 from evotrainer.report.intervals import METHOD, MIN_SEEDS, TOO_FEW_SEEDS, seed_interval
 
 ARMS = ("loop", "tuner", "flawed", "reference", "flawed_matched", "warm_start")
@@ -48,6 +51,7 @@ SEARCHED = ("loop", "tuner")
 REFERENCE = ARMS.index("reference")
 GOAL = 0.70  # the issue's goal: the loop recovers at least this share of the gap on most non-knob flaws
 NOT_ADMITTED = "not_admitted"  # the verdict of a flaw whose gap is under flaws.min_gap: none
+NOT_RECOMPUTED = "not_recomputed"  # flaws-recompute: a saved table without each seed's values
 N_WITHIN = 300  # prompt resamples per seed for a recovery's within-seed variance
 
 
@@ -171,6 +175,15 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
 
 def suite_table(records: list[dict], tuner: str, seeds: int, min_gap: float, confidence: float = 0.95) -> dict:
     rows = [flaw_row(record, min_gap, confidence) for record in records]
+    return {"tuner": tuner, "seeds": seeds, "min_gap": min_gap, "confidence": confidence, "goal": GOAL,
+            "floors": list(FLOORS),
+            "interval": METHOD, "min_seeds": MIN_SEEDS,
+            "flaws": rows, "verdict": suite_verdict(rows)}
+
+
+def suite_verdict(rows: list[dict]) -> dict:
+    """The suite's verdict from its flaws' rows: which admitted non-knob flaws each arm recovers, and whether the
+    positive control (the knob-fixable flaws, which the tuner must recover) passed."""
     admitted = [r for r in rows if r.get("admitted")]
     flaws = [r for r in admitted if not r.get("knob_fixable")]
     controls = {r["flaw"]: r["verdict"]["tuner"] for r in admitted if r.get("knob_fixable")}
@@ -184,18 +197,62 @@ def suite_table(records: list[dict], tuner: str, seeds: int, min_gap: float, con
         **{f"{arm}_undecided": [r["flaw"] for r in flaws if r["verdict"][arm] == "undecided"] for arm in SEARCHED},
         **{f"{arm}_too_few_seeds": [r["flaw"] for r in flaws if r["verdict"][arm] == TOO_FEW_SEEDS]
            for arm in SEARCHED},
+        **({f"{arm}_not_recomputed": [r["flaw"] for r in flaws if r["verdict"][arm] == NOT_RECOMPUTED]
+            for arm in SEARCHED} if any(NOT_RECOMPUTED in r["verdict"].values() for r in admitted) else {}),
         # point estimates: reported, never a verdict
         **{f"{arm}_point_{goal}": [r["flaw"] for r in flaws if (r["recovery"].get(arm) or -np.inf) >= GOAL]
            for arm in SEARCHED},
         "controls": controls,
         "control_status": ("none admitted" if not controls else
                            "passed" if all(v == "recovers" for v in controls.values()) else
-                           "too few seeds" if TOO_FEW_SEEDS in controls.values() else "invalid"),
+                           "too few seeds" if TOO_FEW_SEEDS in controls.values() else
+                           "not recomputed" if NOT_RECOMPUTED in controls.values() else "invalid"),
     }
-    return {"tuner": tuner, "seeds": seeds, "min_gap": min_gap, "confidence": confidence, "goal": GOAL,
-            "floors": list(FLOORS),
-            "interval": METHOD, "min_seeds": MIN_SEEDS,
-            "flaws": rows, "verdict": verdict}
+    return verdict
+
+
+def recompute(saved_json: str, out_json: str) -> None:
+    """A saved flaws.json's verdicts again under the current interval, seed rule and admission: from each flaw's
+    per-seed recoveries where the table saved them, or, for a table of one seed, from its accuracies (that seed's
+    own). A table of several seeds that saved only their means cannot be redone (its flaws say so: rerun them).
+    Without the runs' test rollouts no within-seed variance bounds an interval from below (noted in the file)."""
+    saved = json.loads(Path(saved_json).read_text())
+    min_gap, confidence = float(saved["min_gap"]), float(saved.get("confidence", 0.95))
+    rows = [_recomputed_row(row, int(saved.get("seeds") or 0), min_gap, confidence) for row in saved["flaws"]]
+    write_json(out_json, {"recomputed_from": str(saved_json), "tuner": saved.get("tuner"), "seeds": saved.get("seeds"),
+                          "min_gap": min_gap, "confidence": confidence, "goal": GOAL, "interval": METHOD,
+                          "min_seeds": MIN_SEEDS, "flaws": rows, "verdict": suite_verdict(rows),
+                          "saved_verdict": saved.get("verdict"),
+                          "note": "per-seed values only: the runs' test rollouts are not kept, so no within-seed "
+                                  "variance bounds these intervals from below"})
+
+
+def _recomputed_row(row: dict, seeds: int, min_gap: float, confidence: float) -> dict:
+    out = {key: row.get(key) for key in ("flaw", "description", "knob_fixable", "task", "status", "seeds_scored",
+                                         "charged", "test_accuracy", "floors", "best_floor", "gap")}
+    out["saved"] = {"admitted": row.get("admitted"), "recovery_ci": row.get("recovery_ci"),
+                    "verdict": row.get("verdict")}
+    accuracy = row.get("test_accuracy")
+    per_seed = row.get("recovery_per_seed")
+    if per_seed is None and accuracy and (row.get("seeds_scored") == 1 or seeds == 1):
+        acc = np.array([np.nan if accuracy.get(arm) is None else accuracy[arm] for arm in ARMS], dtype=float)
+        values = recovery_of(acc[None, :])[0]
+        per_seed = {arm: [_num(values[ARMS.index(arm)])] for arm in SEARCHED}
+    admitted = row.get("status") == "ok" and row.get("gap") is not None and float(row["gap"]) >= min_gap
+    if row.get("status") != "ok" or not accuracy or per_seed is None:
+        return out | {"admitted": admitted, "recomputed": False, "recovery": {},
+                      "verdict": {arm: NOT_RECOMPUTED if admitted else NOT_ADMITTED for arm in SEARCHED},
+                      "reason": "no per-seed values: the table saved the seeds' mean accuracies; rerun the flaw"
+                      if accuracy else "no accuracies: the flaw did not finish"}
+    intervals = {arm: seed_interval([np.nan if v is None else v for v in per_seed[arm]], confidence)
+                 for arm in SEARCHED}
+    return out | {"recomputed": True, "admitted": admitted, "recovery_per_seed": per_seed,
+                  "recovery": {arm: _num(intervals[arm]["mean"]) for arm in SEARCHED},
+                  "recovery_ci": {arm: [_num(intervals[arm]["low"]), _num(intervals[arm]["high"])] for arm in SEARCHED},
+                  "recovery_seeds": {arm: intervals[arm]["n"] for arm in SEARCHED},
+                  "detectable": {arm: _num(intervals[arm]["detectable"]) for arm in SEARCHED},
+                  "verdict": {arm: verdict_of(intervals[arm]["low"], intervals[arm]["high"], n=intervals[arm]["n"])
+                              if admitted else NOT_ADMITTED for arm in SEARCHED}}
 
 
 def write_markdown(table: dict) -> str:
