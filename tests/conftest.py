@@ -52,10 +52,21 @@ def _long_rank(item) -> int:
     return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
 
 
+# Session fixtures that hold something of the whole machine (a SLURM cluster: one slurmctld, one node, one munge
+# key): every test that uses one goes to the same worker, whatever its module-scoped fixtures. Each xdist worker is a
+# session of its own; two workers' fixtures would each start, check and stop the same cluster (one CI run failed so:
+# the second found the first's cluster half up, stopped it and timed out starting its own).
+MACHINE_WIDE = ("slurm_cluster",)
+
+
 def _xdist_group(item) -> str | None:
-    """The worker a test must share with others (None: either): the tests that read the shared end-to-end run
-    (``finished_run``) go together, and the tests of a module that share a module- or class-scoped fixture."""
-    if "finished_run" in getattr(item, "fixturenames", ()):
+    """The worker a test must share with others (None: either): the tests of a machine-wide fixture go together,
+    the tests that read the shared end-to-end run (``finished_run``), and the tests of a module that share a
+    module- or class-scoped fixture."""
+    names = getattr(item, "fixturenames", ())
+    if wide := next((name for name in MACHINE_WIDE if name in names), None):
+        return wide
+    if "finished_run" in names:
         return "finished_run"
     info = getattr(item, "_fixtureinfo", None)
     scoped = {name for name, defs in (info.name2fixturedefs.items() if info else ())
