@@ -162,15 +162,19 @@ def flaw_row(record: dict, min_gap: float, confidence: float) -> dict[str, Any]:
                            "test_accuracy": round(floor, 4)},
             "gap": round(gap, 4), "admitted": gap >= min_gap, "no_gap_share": round(no_gap, 4),
             # the mean of the seeds' own recoveries (the interval's centre), per seed, and the interval
-            "recovery": {arm: _num(intervals[arm]["mean"]) for arm in SEARCHED},
-            "recovery_per_seed": {arm: [_num(v) for v in values[:, ARMS.index(arm)]] for arm in SEARCHED},
+            "recovery_per_seed": {arm: [_num(v) for v in values[:, ARMS.index(arm)]] for arm in SEARCHED}}
+    return row | judged(intervals, row["admitted"])
+
+
+def judged(intervals: dict[str, dict], admitted: bool) -> dict:
+    """Each searched arm's recovery (the interval's centre), interval, seeds, detectable effect and verdict; a flaw
+    without the gap is reported, never judged: its interval is against a floor the reference barely beats."""
+    return {"recovery": {arm: _num(intervals[arm]["mean"]) for arm in SEARCHED},
             "recovery_ci": {arm: [_num(intervals[arm]["low"]), _num(intervals[arm]["high"])] for arm in SEARCHED},
             "recovery_seeds": {arm: intervals[arm]["n"] for arm in SEARCHED},
-            "detectable": {arm: _num(intervals[arm]["detectable"]) for arm in SEARCHED}}
-    # a flaw without the gap is reported, never judged: its interval is against a floor the reference barely beats
-    row["verdict"] = {arm: verdict_of(*row["recovery_ci"][arm], n=intervals[arm]["n"]) if row["admitted"]
-                      else NOT_ADMITTED for arm in SEARCHED}
-    return row
+            "detectable": {arm: _num(intervals[arm]["detectable"]) for arm in SEARCHED},
+            "verdict": {arm: verdict_of(intervals[arm]["low"], intervals[arm]["high"], n=intervals[arm]["n"])
+                        if admitted else NOT_ADMITTED for arm in SEARCHED}}
 
 
 def suite_table(records: list[dict], tuner: str, seeds: int, min_gap: float, confidence: float = 0.95) -> dict:
@@ -246,13 +250,7 @@ def _recomputed_row(row: dict, seeds: int, min_gap: float, confidence: float) ->
                       if accuracy else "no accuracies: the flaw did not finish"}
     intervals = {arm: seed_interval([np.nan if v is None else v for v in per_seed[arm]], confidence)
                  for arm in SEARCHED}
-    return out | {"recomputed": True, "admitted": admitted, "recovery_per_seed": per_seed,
-                  "recovery": {arm: _num(intervals[arm]["mean"]) for arm in SEARCHED},
-                  "recovery_ci": {arm: [_num(intervals[arm]["low"]), _num(intervals[arm]["high"])] for arm in SEARCHED},
-                  "recovery_seeds": {arm: intervals[arm]["n"] for arm in SEARCHED},
-                  "detectable": {arm: _num(intervals[arm]["detectable"]) for arm in SEARCHED},
-                  "verdict": {arm: verdict_of(intervals[arm]["low"], intervals[arm]["high"], n=intervals[arm]["n"])
-                              if admitted else NOT_ADMITTED for arm in SEARCHED}}
+    return out | {"recomputed": True, "admitted": admitted, "recovery_per_seed": per_seed} | judged(intervals, admitted)
 
 
 def write_markdown(table: dict) -> str:
