@@ -24,6 +24,7 @@ init/sft_log.parquet, init/metrics.json              the SFT warm start (init; s
 gen{g}/policy/, gen{g}/harness/                      what generation g starts from (init for g=0, else promote)
 gen{g}/parent_train_log.parquet                      the promoted backtest's train log (promote, g >= 1)
 gen{g}/rollouts.parquet, gen{g}/turns.parquet        evidence sampled on the probe split (rollout)
+gen{g}/rollout.json                                  whose reward scored the evidence; a promoted reward's failure (rollout)
 gen{g}/diagnostics.parquet, diagnosis.json, .md      findings, signature, readable report (diagnose)
 gen{g}/candidates/{cid}/harness.diff, proposal.json  one candidate (propose; control = empty diff)
 gen{g}/candidates/agent_calls.parquet, narrative.md  the agent's API calls and narrative (propose)
@@ -108,6 +109,7 @@ TEMPLATES: dict[str, str] = {
     "parent_train_log": f"{GENERATION}/parent_train_log.parquet",
     "rollouts": f"{GENERATION}/rollouts.parquet",
     "turns": f"{GENERATION}/turns.parquet",
+    "rollout_record": f"{GENERATION}/rollout.json",
     "diagnostics": f"{GENERATION}/diagnostics.parquet",
     "diagnosis": f"{GENERATION}/diagnosis.json",
     "diagnosis_md": f"{GENERATION}/diagnosis.md",
@@ -303,6 +305,7 @@ class GenerationLayout:
     parent_train_log = _Entry("parent_train_log")
     rollouts = _Entry("rollouts")
     turns = _Entry("turns")
+    rollout_record = _Entry("rollout_record")
     diagnostics = _Entry("diagnostics")
     diagnosis = _Entry("diagnosis")
     diagnosis_md = _Entry("diagnosis_md")

@@ -8,6 +8,7 @@ rule select:
         lineage=population_lineage_parts,
         # search.selection=two_look: the finalist and the control answer these fresh val prompts here
         confirm=[P("split", split="confirm")] if CFG.search.selection == "two_look" else [],
+        rollout_record=P.rollout_record,  # a promoted reward that failed on the rollout demotes the generation
     output:
         selection=P.selection,
         lineage=P.lineage_part,
@@ -27,7 +28,7 @@ rule select:
     shell:
         "{params.evo} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
         " --harness {input.harness} --out {output.selection} --out-lineage {output.lineage} --generation {wildcards.g}"
-        " {params.lineage}{params.confirm} --threads {threads} > {log} 2>&1"
+        " {params.lineage}{params.confirm} --rollout-record {input.rollout_record} --threads {threads} > {log} 2>&1"
 
 
 # The winner of generation g-1 becomes the starting point of generation g (g >= 1; gen0 comes from init).

@@ -91,7 +91,7 @@ def status_facts(run_dir: Path) -> dict:
         gen = layout.gen(g)
         cands = [p.name for p in gen.candidates.iterdir() if p.is_dir()] if gen.candidates.exists() else []
         sel = json.loads(gen.selection.read_text()) if gen.selection.exists() else None
-        if sel:
+        if sel and sel["promoted_val_accuracy"] is not None:  # None: a demoted generation compared nothing
             best = max(best or 0.0, sel["promoted_val_accuracy"])
         generations.append({
             "generation": g, "rollouts": gen.rollouts.exists(), "diagnosis": gen.diagnosis.exists(),

@@ -17,7 +17,10 @@ from evotrainer.contracts.text import bounded_text
 
 # registered: a diagnostics-only change that passed its backtest on archived evidence (never trained)
 CONTINUED = "continued"  # a generation's winner trained on for the rest of its budget (search.schedule=rungs)
-VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered", CONTINUED)
+# a generation whose promoted harness failed one generation later (stages.demotion): its own row, candidate
+# ``demote``, whose parent is where the run went back to
+DEMOTED = "demoted"
+VERDICTS = ("promoted", "kept", "rejected", "failed", "vetoed", "registered", CONTINUED, DEMOTED)
 FAILURE_LABELS = (
     "invalid_diff", "forbidden_path", "schema_violation", "parse_error", "syntax_error", "import_error",
     "sandbox_timeout", "sandbox_memory", "sandbox_violation", "sandbox_crash", "sandbox_bad_output", "replay_no_signal",
@@ -40,6 +43,8 @@ FAILURE_LABELS = (
     "agent_timeout", "agent_budget_exhausted", "agent_malformed_reply",
     # a candidate whose named parent (an earlier backtest) has no saved policy or harness, or is not earlier
     "parent_missing",
+    # a slot of a generation that was demoted (its promoted harness failed on its policy's responses: stages.demotion)
+    "parent_demoted",
 )
 
 SCHEMA = pa.schema(
@@ -148,8 +153,9 @@ def promoted_path(table: pd.DataFrame) -> pd.DataFrame:
     """The backtests the run's final policy descends from: the last generation's promoted (or kept) row and its
     ancestors through the parent columns (a population's branches, PBT members); a lineage without parent columns
     (written before them) gives its promoted and kept rows, the single lineage's path. Under rungs the last
-    generation's continuation (verdict ``continued``) is where the path ends; it descends from its winner."""
-    chosen = table[table["verdict"].isin(["promoted", "kept", CONTINUED])]
+    generation's continuation (verdict ``continued``) is where the path ends; it descends from its winner. A demoted
+    generation's row (verdict ``demoted``) descends from where the run went back to."""
+    chosen = table[table["verdict"].isin(["promoted", "kept", CONTINUED, DEMOTED])]
     if chosen.empty or "parent_generation" not in table or table["parent_generation"].isna().all():
         return chosen
     final = chosen[chosen["generation"] == chosen["generation"].max()]

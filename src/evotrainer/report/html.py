@@ -91,9 +91,12 @@ def plot_val_per_generation(data: RunData) -> bytes:
     gens = [s["generation"] for s in data.selections]
     x0 = [-1, *gens]
     init = data.init.get("val_accuracy")
-    ax.plot(x0, [init, *[s["promoted_val_accuracy"] for s in data.selections]], "o-", color="#2e7d32",
+    def value(x):  # a demoted generation (stages.demotion) compared nothing: a gap in the line
+        return float("nan") if x is None else x
+
+    ax.plot(x0, [value(init), *[value(s["promoted_val_accuracy"]) for s in data.selections]], "o-", color="#2e7d32",
             label="evolved (promoted per generation)")
-    ax.plot(gens, [s["control_val_accuracy"] for s in data.selections], "s--", color="#1565c0",
+    ax.plot(gens, [value(s["control_val_accuracy"]) for s in data.selections], "s--", color="#1565c0",
             label="control (parent harness, same steps)")
     if data.baseline and data.baseline.get("status") == "ok" and gens:
         ax.plot([gens[-1]], [data.baseline["val_accuracy"]], "D", color="#ef6c00", markersize=9,

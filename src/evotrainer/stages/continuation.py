@@ -36,6 +36,10 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
     cfg = config(config_path)
     chosen = read_json(selection)
     out = Path(out_dir)
+    if chosen.get("demoted"):  # stages.demotion: the run goes back to the parent's start; nothing trains on
+        print(f"continue: generation {generation} was demoted ({chosen['demoted'].get('label')}): no continuation")
+        lineage.write_generation(out_lineage, lineage.empty())
+        return
     winner = str(chosen["promoted"])
     first_rung = TrainingRunLayout(out.parent / winner)
     start_policy = str(first_rung.policy)

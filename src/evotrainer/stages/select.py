@@ -26,6 +26,7 @@ from evotrainer.contracts.harness import harness_id
 from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import selection
 from evotrainer.search.schedule import STALL_RECORD, rungs_on
+from evotrainer.stages import demotion
 from evotrainer.stages.common import config, continuation_of, generation_parent, read_split, task_of
 
 CONFIRM = "confirm"  # search.selection=two_look: the confirmation prompts' split (data/confirm.parquet)
@@ -35,11 +36,13 @@ DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy
 
 def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: str, out: str, out_lineage: str,
         generation: int, lineage_parts: list[str] | None = None, confirm_split: str | None = None,
-        threads: int = 1) -> None:
+        threads: int = 1, rollout_record: str | None = None) -> None:
     """Writes the selection (``out``) and this generation's lineage rows (``out_lineage``). ``lineage_parts``: the
     earlier generations' lineage files (``search.mode=population`` draws the next parent from all of them).
     ``confirm_split``: search.selection=two_look's fresh val prompts (data/confirm.parquet), which the screen's
-    finalist and the control answer here (``threads``: the evaluation's)."""
+    finalist and the control answer here (``threads``: the evaluation's). ``rollout_record``: the generation's
+    rollout.json; where the generation's promoted reward failed there, or its control failed to train, a generation
+    after the first is demoted (``stages.demotion``) instead of compared."""
     cfg = config(config_path)
     try:
         run_layout = RunLayout.of(Path(out).resolve())
@@ -51,6 +54,17 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
     proposals = {cid: read_json(Path(candidates_dir) / cid / "proposal.json") for cid in cids}
     metrics = {cid: read_json(Path(backtest_dir) / cid / "metrics.json") for cid in cids}
     control = metrics.get(CONTROL)
+    cause = demotion.cause(generation, control, read_json(rollout_record) if rollout_record else None)
+    if cause is not None and run_layout is not None:
+        verdicts = demotion.slot_verdicts(metrics)
+        rows = [_row(cfg, generation, cid, metrics[cid], proposals[cid], Path(candidates_dir), parent_harness_id,
+                     generation_parent_key, *verdicts[cid], gate_results={}, intervals={}) for cid in cids]
+        rows.append(demotion.row(cfg, run_layout, generation, cause, parent_harness_id))
+        lineage.write_generation(out_lineage, pd.DataFrame(rows))
+        write_json(out, demotion.selection(cfg, generation, cause, rows, _stall(Path(candidates_dir))))
+        retain(cfg, backtest_dir, CONTROL, generation, record=Path(out).with_name(RETENTION_RECORD),
+               seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids})
+        return
     if control is None or control["status"] != "ok":
         raise RuntimeError(
             f"generation {generation}: the control backtest failed ({(control or {}).get('error')}); "
@@ -87,33 +101,10 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                                 confirmation=None if confirmation is None else confirmation["interval"])
     promoted = decision.promoted
 
-    rows = []
-    for cid in cids:
-        m, p = metrics[cid], proposals[cid]
-        verdict, label = decision.verdicts[cid].verdict, decision.verdicts[cid].failure_label
-        acc = m.get("val_accuracy")
-        parent = p.get("parent") or ({"generation": generation_parent_key[0], "candidate_id": generation_parent_key[1]}
-                                     if generation_parent_key else None)
-        rows.append({
-            "run": cfg.run, "generation": generation, "candidate_id": cid, "intervention": p["intervention"],
-            "parent_harness_id": parent_harness_id, "harness_id": m.get("harness_id"), "diff_hash": p["diff_hash"],
-            "diff": (Path(candidates_dir) / cid / "harness.diff").read_text(encoding="utf-8", errors="replace"),
-            "hypothesis": p["hypothesis"], "targeted_findings": p["targeted_findings"], "signature": p["signature"],
-            "val_accuracy": acc, "control_val_accuracy": control_acc,
-            "delta_vs_control": None if acc is None else acc - control_acc,
-            "train_reward_final": m.get("train_reward_final"), "dead_group_ratio_final": m.get("dead_group_ratio_final"),
-            "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
-            "verdict": verdict, "failure_label": label, "recorded_at": time.time(),
-            "compute": json.dumps(m.get("compute")) if m.get("compute") else None,
-            "charge": json.dumps(m.get("charge")) if m.get("charge") else None,
-            "evidence": json.dumps(m["diagnostic_backtest"] if "diagnostic_backtest" in m else gate_results.get(cid),
-                                   default=str),
-            "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes[cid]) if vetoes.get(cid) else None),
-            "parent_generation": None if parent is None else int(parent["generation"]),
-            "parent_candidate_id": None if parent is None else str(parent["candidate_id"]),
-            "gain_ci_low": intervals[cid]["ci_low"] if cid in intervals else None,
-            "rung": 0 if rungs_on(cfg) else None,
-        })
+    rows = [_row(cfg, generation, cid, metrics[cid], proposals[cid], Path(candidates_dir), parent_harness_id,
+                 generation_parent_key, decision.verdicts[cid].verdict, decision.verdicts[cid].failure_label,
+                 gate_results=gate_results, intervals=intervals, vetoes=vetoes.get(cid), control_acc=control_acc)
+            for cid in cids]
     written = lineage.write_generation(out_lineage, pd.DataFrame(rows))
     successor = next_parent(cfg, lineage.read(lineage_parts or []), written, generation, promoted, run_layout)
     write_json(out, {
@@ -159,6 +150,35 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                if cfg.search.mode == "population" or cfg.agent.name == "pbt" else set())
     retain(cfg, backtest_dir, promoted, generation, record=Path(out).with_name(RETENTION_RECORD),
            seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids}, keep=members)
+
+
+def _row(cfg, generation: int, cid: str, m: dict, p: dict, candidates_dir: Path, parent_harness_id: str,
+         generation_parent_key, verdict: str, label: str | None, *, gate_results: dict, intervals: dict,
+         vetoes: list | None = None, control_acc: float | None = None) -> dict:
+    """A first-rung slot's lineage row (its backtest's metrics ``m``, its proposal ``p``)."""
+    acc = m.get("val_accuracy")
+    parent = p.get("parent") or ({"generation": generation_parent_key[0], "candidate_id": generation_parent_key[1]}
+                                 if generation_parent_key else None)
+    return {
+        "run": cfg.run, "generation": generation, "candidate_id": cid, "intervention": p["intervention"],
+        "parent_harness_id": parent_harness_id, "harness_id": m.get("harness_id"), "diff_hash": p["diff_hash"],
+        "diff": (candidates_dir / cid / "harness.diff").read_text(encoding="utf-8", errors="replace"),
+        "hypothesis": p["hypothesis"], "targeted_findings": p["targeted_findings"], "signature": p["signature"],
+        "val_accuracy": acc, "control_val_accuracy": control_acc,
+        "delta_vs_control": None if acc is None or control_acc is None else acc - control_acc,
+        "train_reward_final": m.get("train_reward_final"), "dead_group_ratio_final": m.get("dead_group_ratio_final"),
+        "samples_generated": m.get("samples_generated"), "train_wall_s": m.get("train_wall_s"),
+        "verdict": verdict, "failure_label": label, "recorded_at": time.time(),
+        "compute": json.dumps(m.get("compute")) if m.get("compute") else None,
+        "charge": json.dumps(m.get("charge")) if m.get("charge") else None,
+        "evidence": json.dumps(m["diagnostic_backtest"] if "diagnostic_backtest" in m else gate_results.get(cid),
+                               default=str),
+        "error": m.get("error") or ("; ".join(f"{g['gate']}: {g['evidence']}" for g in vetoes) if vetoes else None),
+        "parent_generation": None if parent is None else int(parent["generation"]),
+        "parent_candidate_id": None if parent is None else str(parent["candidate_id"]),
+        "gain_ci_low": intervals[cid]["ci_low"] if cid in intervals else None,
+        "rung": 0 if rungs_on(cfg) else None,
+    }
 
 
 def confirm(cfg, backtest_dir: Path, finalist: str, confirm_split: str, generation: int, threads: int = 1) -> dict:
@@ -390,6 +410,11 @@ def _cluster_interval(x, y, clusters, confidence: float, resamples: int = 2000) 
 
 def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str, out_train_log: str) -> None:
     chosen_selection = read_json(selection)
+    back_to = ((chosen_selection.get("next_parent") or {}).get("demoted") or {}).get("generation")
+    if back_to is not None:  # a demoted generation (stages.demotion): the run goes back to its parent's start
+        _promote_demoted(RunLayout.of(Path(selection).resolve()), int(back_to), chosen_selection, out_policy,
+                         out_harness, out_train_log)
+        return
     chosen = TrainingRunLayout(Path(backtest_dir) / chosen_selection["promoted"])
     successor = chosen_selection.get("next_parent") or {}
     if successor and successor.get("generation") != chosen_selection.get("generation"):
@@ -442,6 +467,24 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
 
     with atomic_path(out_train_log) as tmp:
         tmp.write_bytes(chosen.train_log.read_bytes())
+
+
+def _promote_demoted(run_layout: RunLayout, back_to: int, chosen_selection: dict, out_policy: str, out_harness: str,
+                     out_train_log: str) -> None:
+    """Generation ``back_to``'s starting policy and harness into the next generation; its train log is the one
+    that policy came from (gen<back_to>/parent_train_log.parquet), else the control's of that generation (the
+    init policy has none)."""
+    start = run_layout.gen(back_to)
+    print(f"promote: generation {chosen_selection['generation']} was demoted "
+          f"({(chosen_selection.get('demoted') or {}).get('label')}); generation {chosen_selection['generation'] + 1} "
+          f"starts from generation {back_to}'s policy and harness")
+    copy_tree(start.policy, out_policy)
+    copy_tree(start.harness, out_harness)
+    log = start.parent_train_log if start.parent_train_log.is_file() else start.backtest(CONTROL).train_log
+    from evotrainer.atomic import atomic_path
+
+    with atomic_path(out_train_log) as tmp:
+        tmp.write_bytes(log.read_bytes())
 
 
 def merge_lineage(parts: list[str], out: str) -> None:

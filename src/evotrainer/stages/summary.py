@@ -80,8 +80,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
     write_json(out_json, summary)
     lines = [f"# EvoTrainer run `{summary['run']}`", "", f"SFT warm start: val accuracy {init['val_accuracy']:.3f}", "",
              "| generation | promoted | intervention | val acc | control val acc |", "|---|---|---|---|---|"]
-    lines += [f"| {g['generation']} | {g['promoted']} | {g['intervention']} | {g['val_accuracy']:.3f} | "
-              f"{g['control_val_accuracy']:.3f} |" for g in summary["generations"]]
+    lines += [f"| {g['generation']} | {g['promoted']} | {g['intervention']} | {_acc(g['val_accuracy'])} | "
+              f"{_acc(g['control_val_accuracy'])} |" for g in summary["generations"]]
     book = summary["ledger"]
     share = summary["returned_share"]
     lines += ["", f"**Test accuracy** — evolved: {summary['evolved_test_accuracy']:.3f} (whole search charged "
@@ -121,6 +121,10 @@ def returned_share(book: dict) -> float | None:
     search = int((book.get("search") or {}).get("charged") or 0)
     path = book["promoted_path"]
     return None if search <= 0 else int(path.get("returned", path["charged"])) / search
+
+
+def _acc(value) -> str:
+    return "–" if value is None else f"{value:.3f}"  # none: a demoted generation compared nothing
 
 
 def val_test_gap(last_selection: dict, evolved: dict, elite: dict | None) -> dict:
