@@ -30,6 +30,7 @@ gen{g}/candidates/{cid}/harness.diff, proposal.json  one candidate (propose; con
 gen{g}/candidates/agent_calls.parquet, narrative.md  the agent's API calls and narrative (propose)
 gen{g}/replay/{cid}.json                             the candidate's replay on the cached rollouts (replay)
 gen{g}/backtest/{cid}/                               one training run (backtest): the files below
+gen{g}/second_rung.json                              who trained a second rung, and for how much (second_rung)
 gen{g}/selection.json, gen{g}/lineage.parquet        what was promoted; the generation's lineage rows (select)
 gen{g}/skills.json                                   what the generation taught the skill stores (skills)
 gen{g}/approvals/{stage}.json                        the pass record of the approval after a stage (approval)
@@ -55,7 +56,7 @@ flaws.json, flaws.md, flaws.png                      the flaws suite's table (st
 One training run (``gen{g}/backtest/{cid}/`` or a baseline arm ``{arm}/``): ``metrics.json`` (written last),
 ``policy/``, ``harness/``, ``train_log.parquet``, ``{split}_rollouts.parquet`` (val), ``{split}_turns.parquet``,
 ``exit_rollouts.parquet``, ``exit_turns.parquet``, ``train_job.json``, ``train_result.json``, ``progress.json``,
-``train.log``, and ``seed{s}/`` with the same files for the extra training seeds.
+``train.log``, and ``seed{s}/`` with the same files for the extra training seeds (``rung2/``: a slot's second rung).
 
 Runs of the headline experiment: ``<run>-seed<s>`` (``seed_run``), their search arms ``<run>-seed<s>-<arm>``
 (``arm_run``), the comparison in ``<run>-headline`` (``headline_run``).
@@ -84,6 +85,7 @@ TRAINING_RUN: dict[str, str] = {
     "exit_rollouts": "exit_rollouts.parquet",
     "exit_turns": "exit_turns.parquet",
     "seed": "seed{s}",
+    "second_rung": "rung2",  # search.second_rung: the slot's second rung (a training run of its own)
     "train_job": "train_job.json",
     "train_result": "train_result.json",
     "progress": "progress.json",
@@ -124,6 +126,7 @@ TEMPLATES: dict[str, str] = {
     "backtests": f"{GENERATION}/backtest",
     "backtest": f"{GENERATION}/backtest/{{cid}}",
     **{f"backtest_{key}": f"{GENERATION}/backtest/{{cid}}/{rel}" for key, rel in TRAINING_RUN.items()},
+    "second_rung_record": f"{GENERATION}/second_rung.json",
     "selection": f"{GENERATION}/selection.json",
     "lineage_part": f"{GENERATION}/lineage.parquet",
     # search.schedule=rungs: the winner's continuation's lineage row (stages/continuation.py)
@@ -263,6 +266,11 @@ class TrainingRunLayout:
         """The training run of seed ``index`` (0: this folder itself, else ``seed{index}/``)."""
         return self if int(index) == 0 else TrainingRunLayout(self._at("seed", s=int(index)))
 
+    @property
+    def second_rung(self) -> TrainingRunLayout:
+        """``rung2/``: a slot's second rung (search.second_rung), trained on from its seed 0's policy."""
+        return TrainingRunLayout(self._at("second_rung"))
+
     train_job = _Entry("train_job")
     train_result = _Entry("train_result")
     progress = _Entry("progress")
@@ -326,6 +334,7 @@ class GenerationLayout:
     def backtest(self, cid: str) -> TrainingRunLayout:
         return TrainingRunLayout(self._at("backtest", cid=cid))
 
+    second_rung_record = _Entry("second_rung_record")
     selection = _Entry("selection")
 
     @property

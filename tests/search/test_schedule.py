@@ -189,3 +189,29 @@ def test_two_look_needs_a_continuation_to_charge():
                       ["search.headline_arms=[evolved,fixed,pbt]"]):
         with pytest.raises(Exception, match="two_look charges its confirmation"):
             compose(["search.selection=two_look", *overrides])
+
+
+@pytest.mark.parametrize("survivors, expected", [
+    (1, 0),  # the control alone: nothing to compare
+    (2, 3072),  # a quarter of a slot: the bound (5,529) is higher
+    (3, 2764),  # the bound: 5,529.6 / 2
+    (4, 1843),  # 5,529.6 / 3
+])
+def test_a_second_rung_is_its_share_of_a_slot_or_what_keeps_the_returned_share(survivors, expected):
+    """A generation of 4 slots of 12,288 responses (first rungs of 3,072, charged 12,288 in all): the winner's path
+    trains its first rung (3,072), its second rung R and the continuation 49,152 - 12,288 - survivors x R; at
+    min_returned_share 0.7 that is R <= (0.3 x 49,152 - 12,288 + 3,072) / (survivors - 1) = 5,529.6 / (survivors - 1),
+    and at most second_rung x a slot (3,072)."""
+    cfg = _cfg("search.second_rung=0.25", "search.seeds=1", f"search.budget={4 * SLOT}")
+    budget = schedule.second_rung_budget(cfg, RECIPE, 4, survivors, 4 * SLOT)
+    assert budget == expected
+    if survivors > 1:
+        total = 4 * 4 * SLOT
+        returned = SLOT + budget + (total - 4 * SLOT - survivors * budget)
+        assert returned >= 0.7 * total - 1
+
+
+def test_no_second_rung_when_it_is_off_or_the_schedule_is_flat():
+    assert schedule.second_rung_budget(_cfg(), RECIPE, 4, 3, 4 * SLOT // 4) == 0
+    assert schedule.second_rung_budget(_cfg("search.second_rung=0.25", "search.schedule=flat"), RECIPE, 4, 3,
+                                       4 * SLOT // 4) == 0

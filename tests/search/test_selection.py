@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evotrainer.search.selection import Slot, Verdict, decide, finalist, interval_confidence
+from evotrainer.search.selection import Slot, Verdict, decide, finalist, interval_confidence, survivors
 from evotrainer.stages.select import gain_interval
 
 pytestmark = pytest.mark.fast
@@ -112,3 +112,14 @@ def test_a_repeated_prompts_rows_are_resampled_together():
     assert clustered["ci_high"] - clustered["ci_low"] > 2.5 * (rows["ci_high"] - rows["ci_low"])
     distinct = np.array([f"q{i}" for i in range(200)])
     assert gain_interval(x, y, 0.95, clusters=distinct) == rows
+
+
+def test_the_second_rungs_survivors_are_the_control_and_every_valid_candidate_not_behind_it():
+    slots = generation(c1=Slot("c1", "ok", 0.38, interval=interval(-0.05, +0.01)),  # level within noise: goes on
+                       c2=Slot("c2", "ok", 0.30, interval=interval(-0.14, -0.06)),  # behind beyond noise: stops
+                       c3=Slot("c3", "failed", None, "train_crash"),
+                       c4=Slot("c4", "ok", 0.50, vetoes=({"gate": "length_gaming"},), interval=interval(0.05, 0.15)),
+                       c5=Slot("c5", "ok", 0.45, interval=interval(0.01, 0.09)))
+    assert survivors(slots) == ("control", "c1", "c5")
+    assert survivors(slots, min_gain=0.02) == ("control", "c5")
+    assert survivors(generation(c2=Slot("c2", "ok", 0.30, interval=interval(-0.14, -0.06)))) == ("control",)

@@ -100,6 +100,37 @@ rule continue_winner:
         " > {log} 2>&1"
 
 
+# search.second_rung: the slots not behind the control on their first rung train a second rung (select judges them
+# on it; stages/second_rung.py)
+rule second_rung:
+    input:
+        candidates=P.candidates,
+        metrics=backtest_metrics,
+        approval=approval_file("backtest"),
+        harness=P.harness,
+        rollouts=P.rollouts,
+        train=P("split", split="train"),
+        val=P("split", split="val"),
+    output:
+        record=P.second_rung_record,
+    params:
+        evo=EVO,
+        conf=run_config,
+        data=lambda wc: str(layout(wc).data),
+        backtests=lambda wc: str(layout(wc).gen(wc.g).backtests),
+    threads: TRAIN_THREADS
+    benchmark:
+        P("gen_benchmark", job="second_rung")
+    log:
+        P("gen_log", job="second_rung"),
+    conda:
+        ENVS["train-gpu"]
+    shell:
+        "{params.evo} second-rung --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
+        " --harness {input.harness} --data-dir {params.data} --evidence {input.rollouts} --out {output.record}"
+        " --generation {wildcards.g} --threads {threads} > {log} 2>&1"
+
+
 # The fixed-recipe arm: the initial harness, unchanged, for the loop's whole training budget. With
 # search.baseline_restarts it follows the loop's protocol (restart every generation, same seeds).
 rule baseline:

@@ -231,6 +231,14 @@ def previous_continuation(wildcards):
     return [str(layout(wildcards).gen(int(wildcards.g) - 1).lineage_continue)]
 
 
+def second_rung_record(wildcards):
+    """search.second_rung under rungs: the generation's second_rung.json (select judges its survivors on it)."""
+    run_config = RUN_CONFIGS[wildcards.run]
+    if not rungs_on(run_config) or float(run_config.search.second_rung) <= 0:
+        return []
+    return [str(layout(wildcards).gen(wildcards.g).second_rung_record)]
+
+
 def backtest_budget_flag(wildcards):
     """A slot's first-rung budget per training seed under search.schedule=rungs with a responses or tokens
     budget (evotrainer.search.schedule); nothing else."""

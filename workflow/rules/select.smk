@@ -9,6 +9,7 @@ rule select:
         # search.selection=two_look: the finalist and the control answer these fresh val prompts here
         confirm=[P("split", split="confirm")] if CFG.search.selection == "two_look" else [],
         rollout_record=P.rollout_record,  # a promoted reward that failed on the rollout demotes the generation
+        second_rung=second_rung_record,  # search.second_rung: the survivors' second rungs
     output:
         selection=P.selection,
         lineage=P.lineage_part,
@@ -18,6 +19,7 @@ rule select:
         backtests=lambda wc: str(layout(wc).gen(wc.g).backtests),
         lineage=lambda wc, input: f"--lineage {' '.join(input.lineage)}" if input.lineage else "",
         confirm=lambda wc, input: f" --confirm {input.confirm[0]}" if input.confirm else "",
+        second=lambda wc, input: f" --second-rung {input.second_rung[0]}" if input.second_rung else "",
     threads: TRAIN_THREADS if CFG.search.selection == "two_look" else 1
     benchmark:
         P("gen_benchmark", job="select")
@@ -28,7 +30,8 @@ rule select:
     shell:
         "{params.evo} select --config {params.conf} --candidates {input.candidates} --backtest-dir {params.backtests}"
         " --harness {input.harness} --out {output.selection} --out-lineage {output.lineage} --generation {wildcards.g}"
-        " {params.lineage}{params.confirm} --rollout-record {input.rollout_record} --threads {threads} > {log} 2>&1"
+        " {params.lineage}{params.confirm}{params.second} --rollout-record {input.rollout_record} --threads {threads}"
+        " > {log} 2>&1"
 
 
 # The winner of generation g-1 becomes the starting point of generation g (g >= 1; gen0 comes from init).

@@ -209,14 +209,22 @@ STAGES: dict[str, Command] = {
                             "steps": "training steps of each fresh seed's run"}),
     "train": Command("evotrainer.stages.backtest:train_child", ("job>job_path",), "the supervised training child of a backtest",
                      helps={"job": "the job file the backtest wrote for its training child (JSON)"}),
+    "second-rung": Command("evotrainer.stages.second_rung:run", (
+        "config>config_path", "candidates>candidates_dir", "backtest-dir", "harness", "data-dir",
+        "evidence?>evidence_path", "out", "generation:int", "threads:int?"),
+        "search.second_rung: the slots not behind the control on their first rung train a second rung",
+        helps={"out": "the record to write (gen<g>/second_rung.json)",
+               "harness": "the generation's harness (gen<g>/harness)"}),
     "select": Command("evotrainer.stages.select:run", ("config", "candidates>candidates_dir", "backtest-dir", "harness>harness_dir",
                                                         "out", "out-lineage", "generation:int", "lineage+?>lineage_parts",
                                                         "confirm?>confirm_split", "threads:int?",
-                                                        "rollout-record?"),
+                                                        "rollout-record?", "second-rung?"),
                       "pick the generation's promoted candidate from its backtests",
                       helps={"out": "the selection to write (gen<g>/selection.json)",
                              "rollout-record": "the generation's rollout record (gen<g>/rollout.json): a promoted "
                                                "reward that failed there demotes the generation",
+                             "second-rung": "search.second_rung: the generation's second_rung.json (its survivors "
+                                            "are judged on their second rungs)",
                              "confirm": "search.selection=two_look: the confirmation prompts (data/confirm.parquet)",
                              "out-lineage": "the generation's lineage rows to write (gen<g>/lineage.parquet)"}),
     "promote": Command("evotrainer.stages.select:promote", ("selection", "backtest-dir", "out-policy", "out-harness",

@@ -391,6 +391,12 @@ class SearchConf:
     # generation's budget); flat (every slot trains its whole budget, the winner's policy goes on)
     schedule: str = one_of("rungs", "rungs", "flat")
     first_rung: float = between(0.25, 0.01, 1.0)
+    # rungs: the slots not behind the control beyond noise on their first rung (the control among them) train a
+    # second rung of up to second_rung x a slot's budget from their first-rung policy, and select judges them on
+    # it; shortened so that the winner's path keeps min_returned_share of the generation (0: no second rung;
+    # evotrainer.search.schedule.second_rung, stages/second_rung.py)
+    second_rung: float = between(0.0, 0.0, 0.99)
+    min_returned_share: float = between(0.7, 0.0, 1.0)
     # rungs: the share of the whole search's budget held back from every generation and given to the last
     # generation's continuation (the final phase: the promoted harness trained on from the last winner's rung)
     final_share: float = between(0.0, 0.0, 0.99)

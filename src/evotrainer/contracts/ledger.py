@@ -60,6 +60,16 @@ def charge(slot: Mapping, sampled_responses: int = 0, generated_tokens: int = 0)
                          "sampled_responses": int(sampled_responses), "generated_tokens": int(generated_tokens)}
 
 
+def add_charges(first, second) -> dict | None:
+    """Two training runs of one slot charged as one (a first rung and its second rung, search.second_rung): their
+    budgets, spending and charges added, the first's unit and batch; the one there is where the other is missing."""
+    first, second = as_record(first), as_record(second)
+    if first is None or second is None:
+        return first or second
+    keys = ("budget", "spent", "charged", "sampled_responses", "generated_tokens")
+    return dict(first) | {key: int(first.get(key) or 0) + int(second.get(key) or 0) for key in keys}
+
+
 def as_record(value) -> dict | None:
     if isinstance(value, str):
         value = json.loads(value)

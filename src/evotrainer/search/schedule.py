@@ -13,6 +13,12 @@ winner stops there and is charged what it sampled. The winner (the control where
 A generation's total charge is the same under both schedules, so every arm's total stays equal; slots an agent
 left unused and slots that failed early give their budget to the winner instead of being charged unspent.
 
+``search.second_rung`` s > 0: the slots not behind the control beyond noise on their first rung, the control among
+them (the *survivors*), each train a second rung from their first-rung policy (seed 0's, as the continuation goes
+on) before select judges them, on it (:func:`second_rung_budget`: s x a slot's budget, shortened so that the
+winner's path still trains on ``search.min_returned_share`` of the generation). A slot that stops at its first rung
+leaves the rest of its budget to the continuation like any other; the generation's total does not change.
+
 The continuation is one more backtest of the generation (``gen<g>/backtest/continue``, lineage verdict
 ``continued``, ``rung`` 1; the first rungs are ``rung`` 0). Promote copies its policy, so the next generation and
 the run's final policy descend from it (lineage.promoted_path walks through it).
@@ -33,7 +39,7 @@ from evotrainer.contracts.lineage import CONTINUED
 CONTINUATION = "continue"  # the winner's continuation: gen<g>/backtest/continue, a lineage row of that candidate id
 STALL_RECORD = "stall.json"  # beside a generation's candidates: whether it exploited a stall, and why (propose)
 __all__ = ["CONTINUATION", "CONTINUED", "STALL_RECORD", "Continuation", "continuation", "first_rung_budget", "first_rung_steps",
-           "generation_budget", "rest_of", "rungs_on", "slot_budget"]
+           "generation_budget", "rest_of", "rungs_on", "second_rung_budget", "slot_budget"]
 
 
 def rungs_on(cfg) -> bool:
@@ -144,3 +150,21 @@ def rest_of(cfg, unit: str, total: int, charged: int, slots: int, recipe: Mappin
         steps = math.ceil(math.ceil(left / batch) / multiple) * multiple if left else 0
     return Continuation(unit=unit, generation_budget=int(total), first_rungs_charged=int(charged), slots=slots,
                         budget=int(budget), steps=int(steps), batch=int(batch))
+
+
+def second_rung_budget(cfg, generation_recipe: Mapping, slots_backtested: int, survivors: int,
+                       first_rungs_charged: int, generation: int = 0) -> int:
+    """Each survivor's second-rung budget (ledger unit, one training run): ``search.second_rung`` x one slot's
+    budget, at most what keeps the winner's path at ``search.min_returned_share`` of the generation's budget G.
+    The winner's path trains on its first rung's seed-0 share (a first rung's charge c / seeds), its second rung R
+    and the continuation, G - (first rungs charged) - survivors x R, so
+    R <= ((1 - min_returned_share) x G - first rungs charged + c / seeds) / (survivors - 1).
+    0 where rungs are off, ``second_rung`` is 0, or fewer than two slots survive (nothing to compare)."""
+    if not rungs_on(cfg) or float(cfg.search.second_rung) <= 0 or survivors < 2:
+        return 0
+    slot = slot_budget(cfg, generation_recipe)
+    slots = max(1 + int(cfg.agent.max_candidates), int(slots_backtested))
+    total = generation_budget(cfg, slot, slots, generation)
+    first = first_rungs_charged / max(1, int(slots_backtested)) / max(1, int(cfg.search.seeds))
+    bound = ((1.0 - float(cfg.search.min_returned_share)) * total - first_rungs_charged + first) / (survivors - 1)
+    return max(0, math.floor(min(float(cfg.search.second_rung) * int(slot["budget"]), bound)))

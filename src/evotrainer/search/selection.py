@@ -33,7 +33,8 @@ from evotrainer.contracts.candidate import CONTROL
 
 RULES = ("bootstrap", "greedy", "corrected", "two_look")
 NOT_CONFIRMED = "not_confirmed"  # two_look: the finalist whose gain the fresh prompts did not confirm
-__all__ = ["RULES", "Decision", "Slot", "Verdict", "confirmed", "decide", "finalist", "interval_confidence"]
+__all__ = ["RULES", "Decision", "Slot", "Verdict", "confirmed", "decide", "finalist", "interval_confidence",
+           "survivors"]
 
 
 @dataclass(frozen=True)
@@ -150,15 +151,26 @@ def _decide_two_look(slots: Sequence[Slot], *, min_gain: float, confidence: floa
                     eligible=(chosen,) if ok else (), confidence=confidence, rule="two_look", min_gain=min_gain)
 
 
+def _not_behind(slots: Sequence[Slot], min_gain: float) -> list[Slot]:
+    """The valid candidates not behind the control beyond noise (their gain interval's upper end above
+    ``min_gain``)."""
+    return [s for s in slots if s.status == "ok" and s.candidate_id != CONTROL and not s.vetoes
+            and s.val_accuracy is not None and s.interval is not None and float(s.interval["ci_high"]) > min_gain]
+
+
 def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:
     """The two-look design's screen (``search.selection=two_look``): the valid candidate with the best val
-    accuracy among those not behind the control beyond noise (its gain interval's upper end above ``min_gain``);
-    None where every candidate is behind."""
+    accuracy among those not behind the control beyond noise; None where every candidate is behind."""
     order = [s.candidate_id for s in slots]
-    alive = [s for s in slots if s.status == "ok" and s.candidate_id != CONTROL and not s.vetoes
-             and s.val_accuracy is not None and s.interval is not None and float(s.interval["ci_high"]) > min_gain]
-    best = max(alive, key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
+    best = max(_not_behind(slots, min_gain), key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
     return None if best is None else best.candidate_id
+
+
+def survivors(slots: Sequence[Slot], *, min_gain: float = 0.0) -> tuple[str, ...]:
+    """Who trains a second rung (``search.second_rung``): the control and every valid candidate not behind it
+    beyond noise on the first rung, in the slots' order; the control alone where every candidate is behind."""
+    alive = {s.candidate_id for s in _not_behind(slots, min_gain)}
+    return tuple(s.candidate_id for s in slots if s.candidate_id == CONTROL or s.candidate_id in alive)
 
 
 def confirmed(confirmation: Mapping, *, min_gain: float = 0.0) -> bool:

@@ -140,3 +140,17 @@ def continuation_of(backtest_dir: str | Path):
     except (OSError, ValueError):
         return None
     return run if status == "ok" and run.policy.is_dir() else None
+
+
+def second_rung_of(run_dir: str | Path):
+    """A slot's second rung (``<slot>/rung2``, search.second_rung) where it trained and succeeded; else None
+    (its first rung's policy is the one that goes on)."""
+    from evotrainer.atomic import read_json
+    from evotrainer.layout import TrainingRunLayout
+
+    run = TrainingRunLayout(Path(run_dir)).second_rung
+    try:
+        status = read_json(run.metrics).get("status")
+    except (OSError, ValueError):
+        return None
+    return run if status == "ok" and run.policy.is_dir() else None

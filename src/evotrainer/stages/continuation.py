@@ -26,7 +26,7 @@ from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import TrainingRunLayout
 from evotrainer.search import schedule
 from evotrainer.stages import backtest
-from evotrainer.stages.common import config
+from evotrainer.stages.common import config, second_rung_of
 
 
 def run(config_path: str, selection: str, policy: str, harness: str, lineage_part: str, data_dir: str,
@@ -44,6 +44,8 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
     first_rung = TrainingRunLayout(out.parent / winner)
     start_policy = str(first_rung.policy)
     how = f"{winner}'s first-rung policy"
+    if (second := second_rung_of(first_rung.dir)) is not None:  # search.second_rung: the winner's second rung
+        start_policy, how = str(second.policy), f"{winner}'s second-rung policy"
     if (chosen.get("next_parent") or {}).get("policy") == "start":  # a kept control that collapsed
         start_policy, how = str(policy), "the generation's starting policy (the kept control's training collapsed)"
     rows = lineage.read(lineage_part)

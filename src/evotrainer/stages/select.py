@@ -27,7 +27,14 @@ from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import selection
 from evotrainer.search.schedule import STALL_RECORD, rungs_on
 from evotrainer.stages import demotion
-from evotrainer.stages.common import config, continuation_of, generation_parent, read_split, task_of
+from evotrainer.stages.common import (
+    config,
+    continuation_of,
+    generation_parent,
+    read_split,
+    second_rung_of,
+    task_of,
+)
 
 CONFIRM = "confirm"  # search.selection=two_look: the confirmation prompts' split (data/confirm.parquet)
 RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
@@ -36,13 +43,14 @@ DELETED_MARKER = "policy.deleted.json"  # beside a training run's deleted policy
 
 def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: str, out: str, out_lineage: str,
         generation: int, lineage_parts: list[str] | None = None, confirm_split: str | None = None,
-        threads: int = 1, rollout_record: str | None = None) -> None:
+        threads: int = 1, rollout_record: str | None = None, second_rung: str | None = None) -> None:
     """Writes the selection (``out``) and this generation's lineage rows (``out_lineage``). ``lineage_parts``: the
     earlier generations' lineage files (``search.mode=population`` draws the next parent from all of them).
     ``confirm_split``: search.selection=two_look's fresh val prompts (data/confirm.parquet), which the screen's
     finalist and the control answer here (``threads``: the evaluation's). ``rollout_record``: the generation's
     rollout.json; where the generation's promoted reward failed there, or its control failed to train, a generation
-    after the first is demoted (``stages.demotion``) instead of compared."""
+    after the first is demoted (``stages.demotion``) instead of compared. ``second_rung``: the generation's
+    second_rung.json (search.second_rung): where its survivors trained a second rung, they are judged on it."""
     cfg = config(config_path)
     try:
         run_layout = RunLayout.of(Path(out).resolve())
@@ -71,31 +79,20 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
             f"nothing can be compared. See {Path(backtest_dir) / CONTROL}"
         )
     control_acc = control["val_accuracy"]
-    gate_results: dict[str, list[dict]] = {}
-    if cfg.search.gates:
-        from evotrainer.search.gates import evaluate as evaluate_gates
-
-        for cid, m in metrics.items():
-            if m["status"] == "ok" and cid != CONTROL:
-                gate_results[cid] = evaluate_gates(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL)
-                for task_gate in task_of(cfg).gates():  # the domain's own trusted gates
-                    gate_results[cid] += task_gate(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL)
-    vetoes = {cid: [g for g in results if g["vetoed"]] for cid, results in gate_results.items()}
-    valid = {cid: m for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL and not vetoes.get(cid)}
-    # the noise of every valid candidate's gain, whatever the selection rule: the report shows it beside the gain
-    judged_at = selection.interval_confidence(cfg.search.selection, cfg.search.confidence, len(valid))
-    intervals = {cid: paired_gain_interval(Path(backtest_dir) / cid, Path(backtest_dir) / CONTROL,
-                                           cfg.search.seeds, judged_at) for cid in valid}
-    slots = [selection.Slot(cid, metrics[cid]["status"], metrics[cid].get("val_accuracy"),
-                            metrics[cid].get("failure_label"), tuple(vetoes.get(cid) or ()), intervals.get(cid))
-             for cid in cids]
+    gate_results, vetoes, judged_at, intervals, slots = first_rung_facts(cfg, Path(backtest_dir), cids, metrics)
+    judged = {cid: Path(backtest_dir) / cid for cid in cids}  # the training run each slot is judged on
+    second = read_json(second_rung) if second_rung else None
+    if second and second.get("runs"):  # search.second_rung: charged; judged on where the control's trained
+        metrics, judged, judged_at, intervals, slots = second_rung_facts(
+            cfg, Path(backtest_dir), cids, metrics, vetoes, second, (judged_at, intervals, slots))
+        control_acc = metrics[CONTROL]["val_accuracy"]
     confirmation = None
     if cfg.search.selection == "two_look":
         finalist = selection.finalist(slots, min_gain=cfg.search.min_gain)
         if finalist is not None:
             if not confirm_split:
                 raise RuntimeError("search.selection=two_look: select needs the confirmation prompts (--confirm)")
-            confirmation = confirm(cfg, Path(backtest_dir), finalist, confirm_split, generation, threads)
+            confirmation = confirm(cfg, judged, finalist, confirm_split, generation, threads)
     decision = selection.decide(slots, rule=cfg.search.selection, min_gain=cfg.search.min_gain,
                                 confidence=judged_at,
                                 confirmation=None if confirmation is None else confirmation["interval"])
@@ -129,7 +126,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                    + (f"; {judged_at * 100:.3g}% interval [{intervals[promoted]['ci_low']:+.3f}, "
                       f"{intervals[promoted]['ci_high']:+.3f}]"
                       + (", not required by greedy selection" if cfg.search.selection == "greedy" else "")
-                      + (f", Bonferroni over {len(valid)} candidates" if judged_at != cfg.search.confidence else "")
+                      + (f", Bonferroni over {len(intervals)} candidates" if judged_at != cfg.search.confidence else "")
                       + ")" if promoted != CONTROL else
                       ("; control's policy continues" if successor.get("policy") != "start" else
                       f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
@@ -142,6 +139,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
         # what generation g+1 starts from: the promoted candidate (or the control), or in population mode the
         # member the archive chose (search.population; docs/population.md), with the path that led to it
         "next_parent": successor,
+        # search.second_rung: who trained a second rung, for how much, and what it showed (stages/second_rung.py)
+        "second_rung": second,
         "candidates": [{k: r[k] for k in ("candidate_id", "intervention", "val_accuracy", "delta_vs_control",
                                           "verdict", "failure_label")} for r in rows],
     })
@@ -151,6 +150,66 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
     retain(cfg, backtest_dir, promoted, generation, record=Path(out).with_name(RETENTION_RECORD),
            seeds={cid: int(metrics[cid].get("seeds") or 1) for cid in cids}, keep=members)
 
+
+def first_rung_facts(cfg, backtest_dir: Path, cids: list[str], metrics: dict[str, dict]):
+    """What select judges the first rungs on: every trained candidate's gate results and vetoes, the confidence of
+    the intervals, each valid candidate's paired gain interval against the control, and the slots
+    (``search.selection``'s facts). The control must have trained."""
+    gate_results: dict[str, list[dict]] = {}
+    if cfg.search.gates:
+        from evotrainer.search.gates import evaluate as evaluate_gates
+
+        for cid, m in metrics.items():
+            if m["status"] == "ok" and cid != CONTROL:
+                gate_results[cid] = evaluate_gates(backtest_dir / cid, backtest_dir / CONTROL)
+                for task_gate in task_of(cfg).gates():  # the domain's own trusted gates
+                    gate_results[cid] += task_gate(backtest_dir / cid, backtest_dir / CONTROL)
+    vetoes = {cid: [g for g in results if g["vetoed"]] for cid, results in gate_results.items()}
+    valid = [cid for cid, m in metrics.items() if m["status"] == "ok" and cid != CONTROL and not vetoes.get(cid)]
+    # the noise of every valid candidate's gain, whatever the selection rule: the report shows it beside the gain
+    judged_at = selection.interval_confidence(cfg.search.selection, cfg.search.confidence, len(valid))
+    intervals = {cid: paired_gain_interval(backtest_dir / cid, backtest_dir / CONTROL, cfg.search.seeds, judged_at)
+                 for cid in valid}
+    slots = [selection.Slot(cid, metrics[cid]["status"], metrics[cid].get("val_accuracy"),
+                            metrics[cid].get("failure_label"), tuple(vetoes.get(cid) or ()), intervals.get(cid))
+             for cid in cids]
+    return gate_results, vetoes, judged_at, intervals, slots
+
+
+def second_rung_facts(cfg, backtest_dir: Path, cids: list[str], metrics: dict[str, dict], vetoes: dict, second: dict,
+                      first_rung: tuple):
+    """The slots after their second rungs (search.second_rung; stages/second_rung.py). Every second rung that ran is
+    charged: its slot's charge and compute become the sum of both rungs. Where the control's second rung trained
+    (``second["trained"]``), the survivors are judged on their second rungs (val accuracy, status, intervals
+    against the control's second rung) and the slots that stopped at their first rung take no part (no val
+    accuracy: rejected, ``no_gain``); else every slot is judged on its first rung (``first_rung``: its confidence,
+    intervals and slots). Returns the metrics, the training run each slot is judged on, the intervals' confidence,
+    the intervals and the slots."""
+    from evotrainer.contracts import ledger
+
+    ran = [cid for cid in second.get("runs", {}) if cid in metrics]
+    judge = bool(second.get("trained"))
+    judged = {cid: backtest_dir / cid for cid in cids}
+    merged = dict(metrics)
+    for cid in ran:
+        run = TrainingRunLayout(backtest_dir / cid).second_rung
+        rung, first = read_json(run.metrics), metrics[cid]
+        merged[cid] = first | {"charge": ledger.add_charges(first.get("charge"), rung.get("charge")),
+                               "compute": lineage.add_compute([first.get("compute"), rung.get("compute")])}
+        if judge:
+            judged[cid] = run.dir
+            merged[cid] |= {"status": rung["status"], "failure_label": rung.get("failure_label"),
+                            "error": rung.get("error"), "val_accuracy": rung.get("val_accuracy"),
+                            "first_rung_val_accuracy": first.get("val_accuracy")}
+    if not judge:
+        return (merged, judged, *first_rung)
+    compared = [cid for cid in ran if cid != CONTROL and merged[cid]["status"] == "ok" and not vetoes.get(cid)]
+    judged_at = selection.interval_confidence(cfg.search.selection, cfg.search.confidence, len(compared))
+    intervals = {cid: paired_gain_interval(judged[cid], judged[CONTROL], 1, judged_at) for cid in compared}
+    slots = [selection.Slot(cid, merged[cid]["status"], merged[cid].get("val_accuracy") if cid in ran else None,
+                            merged[cid].get("failure_label"), tuple(vetoes.get(cid) or ()), intervals.get(cid))
+             for cid in cids]
+    return merged, judged, judged_at, intervals, slots
 
 def _row(cfg, generation: int, cid: str, m: dict, p: dict, candidates_dir: Path, parent_harness_id: str,
          generation_parent_key, verdict: str, label: str | None, *, gate_results: dict, intervals: dict,
@@ -181,9 +240,10 @@ def _row(cfg, generation: int, cid: str, m: dict, p: dict, candidates_dir: Path,
     }
 
 
-def confirm(cfg, backtest_dir: Path, finalist: str, confirm_split: str, generation: int, threads: int = 1) -> dict:
-    """search.selection=two_look's second look: the finalist's and the control's first-rung policies (seed 0's,
-    what the continuation goes on from) answer the confirmation prompts greedily, judged by the task's verify
+def confirm(cfg, judged: dict[str, Path], finalist: str, confirm_split: str, generation: int, threads: int = 1) -> dict:
+    """search.selection=two_look's second look: the finalist's and the control's policies as judged (``judged``:
+    each slot's training run, its first rung or its second; seed 0's, what the continuation goes on from) answer
+    the confirmation prompts greedily, judged by the task's verify
     (trusted: no harness code runs; each backtest's ``confirm_rollouts.parquet``), and their paired gain
     interval at ``search.confirm_confidence``. The answers are charged to the generation (``charge``): the
     winner's continuation gets that much less (stages/continuation.py), so every arm's total stays equal."""
@@ -194,7 +254,7 @@ def confirm(cfg, backtest_dir: Path, finalist: str, confirm_split: str, generati
     prompts = read_split(confirm_split)
     correct, responses, tokens = {}, 0, 0
     for cid in (CONTROL, finalist):
-        trained = TrainingRunLayout(backtest_dir / cid).seed(0)
+        trained = TrainingRunLayout(judged[cid]).seed(0)
         player = rollouts.evaluator(rollouts.Setting(cfg, task_of(cfg), trained.harness, None, threads),
                                     policy_dir=trained.policy)
         played = player.greedy(prompts, run=cfg.run, generation=generation, split=CONFIRM, step=0,
@@ -308,8 +368,10 @@ def retain(cfg, backtest_dir: str | Path, promoted: str, generation: int, *, rec
         seeds = {p.name: 1 for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")} if root.is_dir() else {}
     for cid in sorted(seeds):
         folder = root / cid
-        for s in range(max(int(seeds.get(cid, 1)), int(cfg.search.seeds))):
-            run_dir = TrainingRunLayout(folder).seed(s)
+        runs = [(s, TrainingRunLayout(folder).seed(s)) for s in range(max(int(seeds.get(cid, 1)), int(cfg.search.seeds)))]
+        if TrainingRunLayout(folder).second_rung.dir.is_dir():  # search.second_rung: the continuation starts there
+            runs.append((0, TrainingRunLayout(folder).second_rung))
+        for s, run_dir in runs:
             policy = run_dir.policy
             where = str(policy.relative_to(root))
             if (cid == promoted or cid in keep) and s == 0:
@@ -427,7 +489,8 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
         chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
     continued = continuation_of(Path(backtest_dir))
     start = RunLayout.of(Path(selection).resolve()).gen(int(chosen_selection["generation"])).policy
-    policy = chosen.policy
+    second = second_rung_of(chosen.dir)
+    policy = chosen.policy if second is None else second.policy  # search.second_rung: where the slot got to
     if continued is not None:  # search.schedule=rungs: the winner trained on (from the collapsed control's start)
         chosen = continued
         print(f"promote: generation {chosen_selection['generation'] + 1} starts from the continuation of "
