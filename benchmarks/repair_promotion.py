@@ -110,8 +110,30 @@ def run_seed(args, flaw, harness: Path, seed: int) -> dict:
     seconds, jobs = job_seconds(folder)
     return {"seed": seed, "run": run, "status": "ok", "wall_s": round(wall, 1),
             "repair_promoted_by_gen1": any(p["repair"] for p in promotions), "promotions": promotions,
+            "gen0_returned_share": returned_share(folder / "gen0"),
+            "second_rungs": {g: _read(folder / f"gen{g}" / "second_rung.json") for g in (0, 1)},
             "job_seconds": round(sum(seconds.values()), 1),
             "job_seconds_by_rule": {rule: round(s, 1) for rule, s in seconds.most_common()}}
+
+
+def returned_share(gen: Path) -> float | None:
+    """Generation 0's returned share: what its winner's path trained on (the winner's row per training seed and
+    its continuation, as contracts.ledger counts ``returned``) over what the generation was charged."""
+    from evotrainer.contracts import ledger, lineage
+
+    rows = lineage.read([gen / "lineage.parquet", gen / "lineage_continue.parquet"])
+    if rows.empty:
+        return None
+    charged = sum(int(ledger.as_record(c)["charged"]) for c in rows["charge"] if ledger.as_record(c))
+    chosen = json.loads((gen / "selection.json").read_text())["promoted"]
+    path = rows[rows["candidate_id"].isin([chosen, "continue"])]
+    seeds = int(json.loads((gen / "backtest" / chosen / "metrics.json").read_text()).get("seeds") or 1)
+    returned = ledger.promoted_path_charge(path, seeds=seeds)["returned"]
+    return round(returned / charged, 4) if charged else None
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def main(argv: list[str] | None = None) -> int:
