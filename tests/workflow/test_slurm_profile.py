@@ -16,7 +16,7 @@ PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text
 LOCAL_PROFILE = yaml.safe_load((REPO / "tests" / "profiles" / "slurm-local" / "config.yaml").read_text())
 # rules that train or sample with the policy: these ask for GPUs on a cluster
 GPU_RULES = {"init", "rollout", "backtest", "baseline", "baseline_matched", "baseline_search", "baseline_reference",
-             "tune_then_train", "continue_winner",
+             "tune_then_train", "continue_winner", "second_rung",
              "elite", "evaluate"}
 GPU_KEYS = {"gpu", "gpu_model", "cpus_per_gpu", "gres"}
 
