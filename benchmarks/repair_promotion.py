@@ -59,8 +59,11 @@ def gain_by_difficulty(backtests: Path, finalist: str, split: str) -> dict:
     """The finalist's paired gain over the control on ``split``'s rollouts, by difficulty level (mean, prompts)."""
     import pandas as pd
 
-    pair = pd.read_parquet(backtests / finalist / f"{split}_rollouts.parquet").merge(
-        pd.read_parquet(backtests / "control" / f"{split}_rollouts.parquet"), on="prompt_id", suffixes=("", "_control"))
+    def judged(cid: str) -> Path:  # search.second_rung: a survivor is judged (and confirmed) on its second rung
+        return backtests / cid / "rung2" if (backtests / cid / "rung2" / "metrics.json").is_file() else backtests / cid
+
+    pair = pd.read_parquet(judged(finalist) / f"{split}_rollouts.parquet").merge(
+        pd.read_parquet(judged("control") / f"{split}_rollouts.parquet"), on="prompt_id", suffixes=("", "_control"))
     pair["gain"] = pair["correct"].astype(float) - pair["correct_control"].astype(float)
     return {str(level): {"gain": round(float(rows["gain"].mean()), 4), "rows": int(len(rows))}
             for level, rows in pair.groupby("difficulty")}
