@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evotrainer.search.selection import Slot, Verdict, decide, finalist, interval_confidence, survivors
+from evotrainer.search.selection import (
+    Slot,
+    Verdict,
+    decide,
+    earned_look,
+    finalist,
+    interval_confidence,
+    survivors,
+)
 from evotrainer.stages.select import gain_interval
 
 pytestmark = pytest.mark.fast
@@ -123,3 +131,24 @@ def test_the_second_rungs_survivors_are_the_control_and_every_valid_candidate_no
     assert survivors(slots) == ("control", "c1", "c5")
     assert survivors(slots, min_gain=0.02) == ("control", "c5")
     assert survivors(generation(c2=Slot("c2", "ok", 0.30, interval=interval(-0.14, -0.06)))) == ("control",)
+
+
+CRITICAL_ABOVE = {"reward_false_negative_rate": 0.3, "curriculum_starved_levels": 0.4}
+
+
+def test_a_second_rung_is_earned_by_a_critical_trusted_finding_the_replay_moves_far_enough():
+    critical = {"reward_false_negative_rate": 0.62}
+    # halved and under the critical threshold: earned
+    assert earned_look(["reward_false_negative_rate"], critical, {"reward_false_negative_rate": 0.05},
+                       CRITICAL_ABOVE) == {"finding": "reward_false_negative_rate", "before": 0.62, "after": 0.05}
+    # moved, but not to half: none
+    assert earned_look(["reward_false_negative_rate"], critical, {"reward_false_negative_rate": 0.35},
+                       CRITICAL_ABOVE) is None
+    # under half but still critical (a finding at 0.95 re-measured at 0.45): none
+    assert earned_look(["curriculum_starved_levels"], {"curriculum_starved_levels": 0.95},
+                       {"curriculum_starved_levels": 0.45}, CRITICAL_ABOVE) is None
+    # a finding the candidate does not target, one that is not critical, one the replay did not re-measure: none
+    assert earned_look(["dead_group_ratio"], critical, {"reward_false_negative_rate": 0.0}, CRITICAL_ABOVE) is None
+    assert earned_look(["curriculum_starved_levels"], critical, {"curriculum_starved_levels": 0.0},
+                       CRITICAL_ABOVE) is None
+    assert earned_look(["reward_false_negative_rate"], critical, {}, CRITICAL_ABOVE) is None

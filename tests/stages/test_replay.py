@@ -81,3 +81,12 @@ def test_replay_measures_what_a_change_does_to_the_evidence(replays):
     assert replays["dynamic_sampling"]["reward_rows_changed"] == 0
     assert replays["narrow_curriculum"]["curriculum_weights_changed"] > 0  # rejected (kept fraction), measured
     assert replays["constant_reward"]["reward_rows_changed"] > 0
+
+
+
+def test_replay_re_measures_the_trusted_findings_a_change_can_move(replays):
+    # the reward's findings on the rescored evidence and the curriculum's on its weights, by trusted code
+    control, narrow = replays["control"]["trusted_findings"], replays["narrow_curriculum"]["trusted_findings"]
+    assert {"reward_false_positive_rate", "reward_false_negative_rate", "curriculum_starved_share"} <= set(control)
+    assert control["curriculum_starved_share"] == pytest.approx(0.0)
+    assert narrow["curriculum_starved_share"] > 0.99  # five rows of the pool: everything else starved

@@ -33,8 +33,8 @@ from evotrainer.contracts.candidate import CONTROL
 
 RULES = ("bootstrap", "greedy", "corrected", "two_look")
 NOT_CONFIRMED = "not_confirmed"  # two_look: the finalist whose gain the fresh prompts did not confirm
-__all__ = ["RULES", "Decision", "Slot", "Verdict", "confirmed", "decide", "finalist", "interval_confidence",
-           "survivors"]
+__all__ = ["RULES", "Decision", "Slot", "Verdict", "confirmed", "decide", "earned_look", "finalist",
+           "interval_confidence", "survivors"]
 
 
 @dataclass(frozen=True)
@@ -179,3 +179,20 @@ def confirmed(confirmation: Mapping, *, min_gain: float = 0.0) -> bool:
     saw, so the chance of promoting a candidate that is not better is at most the interval's one-sided miss rate,
     whatever the number of candidates screened."""
     return float(confirmation["ci_low"]) > min_gain
+
+
+def earned_look(targeted: Sequence[str], critical: Mapping[str, float], remeasured: Mapping[str, float],
+                critical_above: Mapping[str, float]) -> dict | None:
+    """Whether a candidate earns a second rung on evidence, whatever its first rung showed (``search.second_rung``;
+    docs/schedule.md, "Looks that follow the evidence"): it names among its ``targeted`` findings one that the
+    generation's diagnosis flags critical by trusted code (``critical``: name -> value), and its replay re-measures
+    that finding (``remeasured``, by trusted code on the rescored evidence) at most half the value and below the
+    critical threshold (``critical_above``). The first such finding, with its values; None where none qualifies.
+    A finding the replay cannot re-measure (one of the policy's or of training) never earns a look."""
+    for name in targeted:
+        if name not in critical or name not in remeasured or name not in critical_above:
+            continue
+        before, after = float(critical[name]), float(remeasured[name])
+        if after <= min(before / 2, float(critical_above[name])):
+            return {"finding": name, "before": before, "after": after}
+    return None

@@ -110,6 +110,9 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
                                                  rtol=0.0, atol=1e-9)).sum()),
         "curriculum_weights_changed": None if parent_weights is None else int(
             (~np.isclose(np.asarray(weights, float), np.asarray(parent_weights, float), rtol=1e-6, atol=1e-12)).sum()),
+        # the trusted findings re-measured on the rescored evidence and the candidate's curriculum weights: what the
+        # change does to a finding before any training (search.second_rung's evidence-earned look)
+        "trusted_findings": remeasured_findings(rescored, pool, weights, ev),
     }
     label, reason = None, None
     if proposal["candidate_id"] == CONTROL or not diff.strip():
@@ -119,6 +122,17 @@ def run(config_path: str, rollouts: str, prompts_path: str, parent_harness: str,
     elif (failure := kept_fraction_failure(pool_kept=pool_kept, groups_kept=groups_kept, where="replay")) is not None:
         label, reason = failure
     write_json(out, base | {"status": "rejected" if label else "ok", "failure_label": label, "reason": reason} | metrics)
+
+
+def remeasured_findings(rescored, pool, weights, ev) -> dict[str, float]:
+    """The trusted findings a harness change can move before training, re-measured by trusted code (name ->
+    value): the reward's against the verifier on the rescored evidence, the curriculum's from its weights over
+    the pool. The policy's own findings (truncation, prompts never solved) are the parent's here and left out."""
+    from evotrainer.scoring import trusted_findings
+
+    found = trusted_findings.reward_findings(rescored.reset_index(drop=True))
+    found += trusted_findings.curriculum_findings(pool, weights, ev)
+    return {f["name"]: float(f["value"]) for f in found if f["value"] is not None and np.isfinite(f["value"])}
 
 
 def diagnostic_replay(cfg, rollouts: str, parent_harness: str, candidate_dir: str, generation: int,

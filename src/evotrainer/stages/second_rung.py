@@ -41,8 +41,12 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
         return write_json(out, record | {"reason": "no second rung (search.second_rung=0 or search.schedule=flat)"})
     if control is None or control.get("status") != "ok":
         return write_json(out, record | {"reason": "the control's first rung failed: nothing to compare with"})
-    _, _, _, intervals, slots = select.first_rung_facts(cfg, backtests, cids, metrics)
+    _, vetoes, _, intervals, slots = select.first_rung_facts(cfg, backtests, cids, metrics)
     alive = list(selection.survivors(slots, min_gain=cfg.search.min_gain))
+    earned = earned_looks(Path(candidates_dir), [cid for cid in cids if cid not in alive and cid != CONTROL
+                                                 and metrics[cid].get("status") == "ok" and not vetoes.get(cid)])
+    alive = [cid for cid in cids if cid in alive or cid in earned]
+    record["earned"] = earned
     charged = sum(int((ledger.as_record(m.get("charge")) or {}).get("charged") or 0) for m in metrics.values())
     budget = schedule.second_rung_budget(cfg, load_recipe(harness), len(cids), len(alive), charged, generation)
     plans = {cid: schedule.rest_of(cfg, record["unit"], budget, 0, len(cids),
@@ -73,6 +77,38 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
     ok = record["runs"][CONTROL]["status"] == "ok"
     write_json(out, record | {"trained": ok, "reason": f"{len(runnable)} slots trained a second rung" if ok else
                               "the control's second rung failed: the slots are judged on their first rungs"})
+
+
+def earned_looks(candidates_dir: Path, cids: list[str]) -> dict[str, dict]:
+    """The candidates among ``cids`` (behind the control on their first rung, valid) that earn a second rung on
+    evidence (``selection.earned_look``): from the generation's diagnosis (its critical trusted findings), each
+    candidate's proposal (its targeted findings) and replay (the findings re-measured)."""
+    from evotrainer.layout import RunLayout
+    from evotrainer.scoring.trusted_findings import LAYER, THRESHOLDS
+
+    if not cids:
+        return {}
+    try:
+        where = RunLayout.parse(candidates_dir.resolve())
+        gen = where.layout.gen(int(where.generation))
+        diagnosis = read_json(gen.diagnosis)
+    except (OSError, ValueError, TypeError):  # candidates outside a run's layout: no diagnosis to read
+        return {}
+    critical = {f["name"]: f["value"] for f in diagnosis.get("findings", [])
+                if f.get("layer") == LAYER and f.get("severity") == "critical" and f.get("value") is not None}
+    earned = {}
+    for cid in cids:
+        try:
+            targeted = read_json(candidates_dir / cid / "proposal.json").get("targeted_findings") or []
+            remeasured = read_json(gen.replay(cid)).get("trusted_findings") or {}
+        except (OSError, ValueError):
+            continue
+        look = selection.earned_look(targeted, critical, remeasured, {k: v[1] for k, v in THRESHOLDS.items()})
+        if look is not None:
+            earned[cid] = look
+            print(f"second_rung: {cid} earns a second rung on evidence: {look['finding']} "
+                  f"{look['before']:.3f} -> {look['after']:.3f} at replay")
+    return earned
 
 
 def _finished(rung: TrainingRunLayout) -> bool:
