@@ -215,3 +215,20 @@ def test_no_second_rung_when_it_is_off_or_the_schedule_is_flat():
     assert schedule.second_rung_budget(_cfg(), RECIPE, 4, 3, 4 * SLOT // 4) == 0
     assert schedule.second_rung_budget(_cfg("search.second_rung=0.25", "search.schedule=flat"), RECIPE, 4, 3,
                                        4 * SLOT // 4) == 0
+
+
+
+def test_a_second_rung_leaves_room_for_select_s_confirmation():
+    """Under two_look select's confirmation (2 x confirm_prompts answers) is charged to the generation before the
+    continuation: the bound leaves room for it. 5,529.6 - 2 x 1,000 = 3,529.6 for two survivors; the suite's shape
+    under two_look (3 slots of 25,600, first rungs 6,400, 2 x 4,000 confirmation answers) leaves 0.3 x 76,800 -
+    19,200 - 8,000 + 6,400 = 2,240 at 0.7 (under 9 steps), a quarter slot (6,400) at 0.5 without a confirmation."""
+    cfg = _cfg("search.second_rung=0.5", "search.seeds=1", f"search.budget={4 * SLOT}", "search.selection=two_look",
+               "search.confirm_prompts=1000")
+    assert schedule.second_rung_budget(cfg, RECIPE, 4, 2, 4 * SLOT) == 3529
+    suite = compose(["search.budget_unit=steps", "search.steps_per_generation=100", "agent.max_candidates=2",
+                     "search.second_rung=0.25", "search.selection=two_look"])
+    assert schedule.second_rung_budget(suite, RECIPE, 3, 2, 3 * 6400) == 2240
+    assert schedule.second_rung_budget(compose(["search.budget_unit=steps", "search.steps_per_generation=100",
+                                                "agent.max_candidates=2", "search.second_rung=0.25",
+                                                "search.min_returned_share=0.5"]), RECIPE, 3, 2, 3 * 6400) == 6400

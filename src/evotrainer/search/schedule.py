@@ -157,8 +157,10 @@ def second_rung_budget(cfg, generation_recipe: Mapping, slots_backtested: int, s
     """Each survivor's second-rung budget (ledger unit, one training run): ``search.second_rung`` x one slot's
     budget, at most what keeps the winner's path at ``search.min_returned_share`` of the generation's budget G.
     The winner's path trains on its first rung's seed-0 share (a first rung's charge c / seeds), its second rung R
-    and the continuation, G - (first rungs charged) - survivors x R, so
-    R <= ((1 - min_returned_share) x G - first rungs charged + c / seeds) / (survivors - 1).
+    and the continuation, G - (first rungs charged) - K - survivors x R, where K is what select's confirmation will
+    charge (search.selection=two_look: its 2 x confirm_prompts answers; in tokens, at the generation recipe's
+    max_response_len each), so
+    R <= ((1 - min_returned_share) x G - first rungs charged - K + c / seeds) / (survivors - 1).
     0 where rungs are off, ``second_rung`` is 0, or fewer than two slots survive (nothing to compare)."""
     if not rungs_on(cfg) or float(cfg.search.second_rung) <= 0 or survivors < 2:
         return 0
@@ -166,5 +168,10 @@ def second_rung_budget(cfg, generation_recipe: Mapping, slots_backtested: int, s
     slots = max(1 + int(cfg.agent.max_candidates), int(slots_backtested))
     total = generation_budget(cfg, slot, slots, generation)
     first = first_rungs_charged / max(1, int(slots_backtested)) / max(1, int(cfg.search.seeds))
-    bound = ((1.0 - float(cfg.search.min_returned_share)) * total - first_rungs_charged + first) / (survivors - 1)
+    confirmation = 0
+    if str(cfg.search.selection) == "two_look":
+        confirmation = 2 * int(cfg.search.confirm_prompts)
+        confirmation *= int(generation_recipe["max_response_len"]) if slot["unit"] == "tokens" else 1
+    bound = ((1.0 - float(cfg.search.min_returned_share)) * total - first_rungs_charged - confirmation
+             + first) / (survivors - 1)
     return max(0, math.floor(min(float(cfg.search.second_rung) * int(slot["budget"]), bound)))
