@@ -65,3 +65,25 @@ def test_totals_within_one_batch_are_equal():
     assert ledger.unequal({"evolved": 10_000, "tpe": 10_256}, tolerance=256) is None
     problem = ledger.unequal({"evolved": 10_000, "tpe": 10_257}, tolerance=256)
     assert "257" in problem and "tpe 10,257" in problem
+
+
+
+def test_a_second_rung_counts_whole_in_what_the_returned_policy_trained_on():
+    """A slot of 2 training seeds charged 1,000 on its first rung (500 each) and 300 on its second rung (seed 0's
+    policy alone): the returned policy trained on 500 + 300 of it, and its continuation's 2,000 on top."""
+    import json
+
+    import pandas as pd
+
+    from evotrainer.contracts import ledger
+
+    first = {"unit": "responses", "budget": 1000, "batch": 256, "spent": 1000, "charged": 1000,
+             "sampled_responses": 1000, "generated_tokens": 0}
+    both = ledger.add_charges(first, first | {"budget": 300, "spent": 300, "charged": 300, "sampled_responses": 300})
+    assert both["charged"] == 1300 and both["second_rung"] == 300
+    rows = pd.DataFrame([
+        {"charge": json.dumps(both), "compute": json.dumps({"sampled_responses": 1300}), "rung": 0},
+        {"charge": json.dumps(first | {"charged": 2000}), "compute": json.dumps({"sampled_responses": 2000}), "rung": 1},
+    ])
+    assert ledger.promoted_path_charge(rows, seeds=2)["returned"] == 500 + 300 + 2000
+    assert ledger.add_charges(None, first) == first and ledger.add_charges(first, None) == first

@@ -67,7 +67,8 @@ def add_charges(first, second) -> dict | None:
     if first is None or second is None:
         return first or second
     keys = ("budget", "spent", "charged", "sampled_responses", "generated_tokens")
-    return dict(first) | {key: int(first.get(key) or 0) + int(second.get(key) or 0) for key in keys}
+    return dict(first) | {key: int(first.get(key) or 0) + int(second.get(key) or 0) for key in keys} | {
+        "second_rung": int(second.get("charged") or 0)}  # one training run (seed 0's), not split over the seeds
 
 
 def as_record(value) -> dict | None:
@@ -93,7 +94,8 @@ def search_charge(table, slots_per_generation: int) -> dict:
         batch = max([batch] + [int(r.get("batch") or 0) for r in known])
         charged = sum(int(r["charged"]) if r else int(c.get("sampled_responses") or 0)
                       for r, c in zip(records, computes, strict=True))
-        first = len(rows) - sum(continued)
+        # a demoted generation's own row (stages.demotion) is no slot: it trained nothing
+        first = len(rows) - sum(continued) - int((rows["verdict"] == "demoted").sum() if "verdict" in rows else 0)
         unused = 0 if any(continued) else max(0, int(slots_per_generation) - first)
         generations.append({
             "generation": int(generation), "slots": first, "unused_slots": unused, "slot_budget": slot,
@@ -126,8 +128,9 @@ def promoted_path_charge(promoted, unit: str = "responses", seeds: int = 1) -> d
     """What the promoted path was charged: ``promoted``, its lineage rows (``lineage.promoted_path``: the
     backtests the final policy descends from); a row without a charge record counts what its compute record says
     it spent in ``unit``. ``returned``: what trained the returned policy itself: a backtest trains each of its
-    ``seeds`` training seeds on an equal share of its charge and the next generation goes on from seed 0's, while a
-    winner's continuation (``rung`` 1, search.schedule=rungs) trains one policy on all of its charge."""
+    ``seeds`` training seeds on an equal share of its charge and the next generation goes on from seed 0's (a second
+    rung, search.second_rung, trained seed 0's alone: all of it counts), while a winner's continuation (``rung`` 1,
+    search.schedule=rungs) trains one policy on all of its charge."""
     records = [as_record(c) for c in promoted["charge"]] if "charge" in promoted else [None] * len(promoted)
     computes = [as_record(c) or {} for c in promoted["compute"]]
     known = [r for r in records if r]
@@ -135,10 +138,12 @@ def promoted_path_charge(promoted, unit: str = "responses", seeds: int = 1) -> d
     charges = [int(r["charged"]) if r else int(c.get(spent) or 0) for r, c in zip(records, computes, strict=True)]
     # a continuation's record may hold select's confirmation answers (search.selection=two_look): charged, not trained
     confirmations = [int((r or {}).get("confirmation") or 0) for r in records]
+    # a slot's second rung (search.second_rung) trained seed 0's policy alone: all of it went on
+    seconds = [int((r or {}).get("second_rung") or 0) for r in records]
     return {"unit": known[0]["unit"] if known else unit, "charged": sum(charges),
-            "returned": sum(charge - confirmation if continued else charge // max(1, int(seeds))
-                            for charge, confirmation, continued in zip(charges, confirmations,
-                                                                       _continuation_rows(promoted), strict=True)),
+            "returned": sum(charge - confirmation if continued else (charge - second) // max(1, int(seeds)) + second
+                            for charge, confirmation, second, continued in zip(
+                                charges, confirmations, seconds, _continuation_rows(promoted), strict=True)),
             "sampled_responses": sum(int(c.get("sampled_responses") or 0) for c in computes)}
 
 
