@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from evotrainer.config import compose, to_yaml
-from evotrainer.contracts import lineage
+from evotrainer.contracts import ledger, lineage
+from evotrainer.contracts.harness import DEFAULT_HARNESS
 from evotrainer.layout import RunLayout
 from evotrainer.stages import continuation, demotion, select
 
@@ -27,7 +28,7 @@ def _folder(path: Path, text: str) -> Path:
 
 def _harness(path: Path, note: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    (path / "recipe.yaml").write_text(f"lr: 2.0e-3  # {note}\n")
+    (path / "recipe.yaml").write_text((DEFAULT_HARNESS / "recipe.yaml").read_text() + f"# {note}\n")
     return path
 
 
@@ -86,6 +87,11 @@ def test_a_reward_that_failed_on_the_rollout_demotes_the_generation_to_its_paren
     assert (rows.loc["demote", "parent_generation"], rows.loc["demote", "parent_candidate_id"]) == (0, "c1")
     assert list(rows.loc[["control", "c1"], "verdict"]) == ["failed", "failed"]
     assert list(rows.loc[["control", "c1"], "failure_label"]) == ["parent_demoted"] * 2
+    # the continuation it will not train is charged all the same (3 slots of 12 x 32 x 8 responses; the two slots
+    # without a charge record count whole), and kept off the returned path
+    unspent = json.loads(rows.loc["demote", "charge"])
+    assert unspent["demoted"] and unspent["charged"] == 3 * 3072 - 2 * 3072 and unspent["spent"] == 0
+    assert ledger.promoted_path_charge(lineage.read(run.gen(2).lineage).query("candidate_id == 'demote'"))["returned"] == 0
 
     continuation.run(str(conf), str(run.gen(2).selection), str(run.gen(2).policy), str(run.gen(2).harness),
                      str(run.gen(2).lineage), str(run.data), None, str(run.gen(2).backtest("continue").dir),

@@ -66,3 +66,5 @@ def test_a_promoted_reward_that_fails_on_the_next_rollout_is_demoted_and_the_run
     summary = json.loads((run / "summary.json").read_text())
     assert summary["evolved_test_accuracy"] is not None
     assert summary["generations"][1]["val_accuracy"] is None and summary["returned_share"] == 0
+    # what generation 1's continuation would have trained is charged all the same: the arm's total is its budget
+    assert summary["ledger"]["search"]["charged"] == 2 * 2 * 1536  # 2 generations of 2 slots

@@ -133,6 +133,11 @@ def promoted_path_charge(promoted, unit: str = "responses", seeds: int = 1) -> d
     search.schedule=rungs) trains one policy on all of its charge."""
     records = [as_record(c) for c in promoted["charge"]] if "charge" in promoted else [None] * len(promoted)
     computes = [as_record(c) or {} for c in promoted["compute"]]
+    # a demoted generation's unspent budget (stages.demotion): charged to the search, never to the promoted path
+    kept = [not (r or {}).get("demoted") for r in records]
+    records = [r for r, k in zip(records, kept, strict=True) if k]
+    computes = [c for c, k in zip(computes, kept, strict=True) if k]
+    promoted = promoted[kept] if len(promoted) else promoted
     known = [r for r in records if r]
     spent = "generated_tokens" if unit == "tokens" else "sampled_responses"
     charges = [int(r["charged"]) if r else int(c.get(spent) or 0) for r, c in zip(records, computes, strict=True)]

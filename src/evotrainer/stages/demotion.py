@@ -14,12 +14,14 @@ The rule, for a generation g >= 1 (generation 0 has no parent to go back to: its
 - the selection keeps the control as ``promoted`` (nothing was gained) and says ``demoted``; under rungs the
   continuation trains nothing;
 - promote copies generation g-1's starting policy and harness (``gen<g-1>/policy``, ``gen<g-1>/harness``) into
-  generation g+1, which goes on from there. Generation g's compute stays charged; what the skipped continuation
-  would have trained is not spent (the arm is charged less, never more).
+  generation g+1, which goes on from there. Generation g's compute stays charged, and under rungs so does what its
+  continuation would have trained (the ``demote`` row's charge, ``demoted: true``): every arm's total stays equal,
+  and the returned policy's path leaves that charge out.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from evotrainer.contracts.candidate import CONTROL
@@ -58,9 +60,32 @@ def _what(cause: dict) -> str:
             else "its control failed to train the promoted harness") + f" ({cause['label']})"
 
 
-def row(cfg, run_layout: RunLayout, generation: int, cause: dict, parent_harness_id: str) -> dict:
+def unspent_charge(cfg, slot_rows: list[dict], harness_dir, generation: int) -> dict | None:
+    """Under rungs, what the demoted generation's continuation would have trained, charged all the same (as a
+    failed slot is): the generation's budget less what its slots were charged. Every arm's total stays equal, so the
+    headline still compares them; the loop pays for the harness it promoted. Kept off what the returned policy
+    trained on (``demoted`` in the record: contracts.ledger leaves it out of the promoted path). None under flat
+    (its slots were charged their whole budgets)."""
+    import pandas as pd
+
+    from evotrainer.contracts import ledger
+    from evotrainer.contracts.harness import load_recipe
+    from evotrainer.search import schedule
+
+    if not schedule.rungs_on(cfg):
+        return None
+    recipe = load_recipe(harness_dir)
+    plan = schedule.continuation(cfg, pd.DataFrame(slot_rows), recipe, recipe, generation)
+    left = max(0, int(plan.generation_budget) - int(plan.first_rungs_charged))
+    return {"unit": plan.unit, "budget": left, "batch": int(ledger.batch_size(recipe, plan.unit)), "spent": 0,
+            "charged": left, "sampled_responses": 0, "generated_tokens": 0, "demoted": True}
+
+
+def row(cfg, run_layout: RunLayout, generation: int, cause: dict, parent_harness_id: str,
+        charge: dict | None = None) -> dict:
     """The demoted generation's own lineage row: where the run goes back to (the backtest generation g-1 started
-    from: its parent columns; none where that is the init policy), with the cause's label. No compute, no charge."""
+    from: its parent columns; none where that is the init policy), with the cause's label. No compute; ``charge``:
+    the generation's unspent budget (``unspent_charge``)."""
     back = generation_parent(run_layout, generation - 1)
     return {
         "run": cfg.run, "generation": generation, "candidate_id": DEMOTE, "intervention": f"{DEMOTE}:{cause['label']}",
@@ -70,7 +95,8 @@ def row(cfg, run_layout: RunLayout, generation: int, cause: dict, parent_harness
                       f"generation {generation - 1}'s policy and harness",
         "val_accuracy": None, "control_val_accuracy": None, "delta_vs_control": None, "verdict": DEMOTED,
         "failure_label": cause["label"], "error": cause["error"], "recorded_at": time.time(),
-        "compute": None, "charge": None, "evidence": None, "gain_ci_low": None, "rung": None,
+        "compute": None, "charge": None if charge is None else json.dumps(charge), "evidence": None,
+        "gain_ci_low": None, "rung": None,
         "parent_generation": None if back is None else back[0],
         "parent_candidate_id": None if back is None else back[1],
     }

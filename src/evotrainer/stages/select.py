@@ -67,7 +67,8 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
         verdicts = demotion.slot_verdicts(metrics)
         rows = [_row(cfg, generation, cid, metrics[cid], proposals[cid], Path(candidates_dir), parent_harness_id,
                      generation_parent_key, *verdicts[cid], gate_results={}, intervals={}) for cid in cids]
-        rows.append(demotion.row(cfg, run_layout, generation, cause, parent_harness_id))
+        rows.append(demotion.row(cfg, run_layout, generation, cause, parent_harness_id,
+                                 demotion.unspent_charge(cfg, rows, harness_dir, generation)))
         lineage.write_generation(out_lineage, pd.DataFrame(rows))
         write_json(out, demotion.selection(cfg, generation, cause, rows, _stall(Path(candidates_dir))))
         retain(cfg, backtest_dir, CONTROL, generation, record=Path(out).with_name(RETENTION_RECORD),
