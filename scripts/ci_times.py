@@ -7,6 +7,9 @@
 ``--stat``: the machine's CPU counters (the ``cpu`` line of /proc/stat) before and after the run; the record
 then holds the core-seconds the machine spent busy and idle meanwhile (every process on it, CI's or not).
 
+``--unfinished``: a run that stopped before its ``ci:`` line (a tier failed, as a CI log shows it) is recorded
+with ``total_wall_s: null`` and ``finished: false`` instead of refused.
+
 docs/testing.md's table of times reads these files (docs/measured/ci-*.json).
 """
 
@@ -54,12 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="")
     parser.add_argument("--stat", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
                         help="files holding /proc/stat's cpu line before and after the run")
+    parser.add_argument("--unfinished", action="store_true", help="record a run that stopped before its total")
     args = parser.parse_args(argv)
     record = {"command": "bash .ci/run (then scripts/ci_times.py on its log)", "commit": args.commit,
               "cores": os.cpu_count(), "note": args.note} | parse(args.log.read_text(errors="replace"))
     if args.stat:
         record["machine"] = busy(*(path.read_text().splitlines()[0] for path in args.stat))
-    if record["total_wall_s"] is None:
+    if args.unfinished:
+        record["finished"] = record["total_wall_s"] is not None
+    elif record["total_wall_s"] is None:
         print(f"{args.log}: no 'ci: N s in all' line: the run did not finish", file=sys.stderr)
         return 1
     print(json.dumps(record, indent=2))

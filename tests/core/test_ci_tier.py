@@ -1,5 +1,6 @@
-"""scripts/ci_tier.py, the CI's tier runner: it prints a tier's wall and CPU time and fails a tier whose CPU time
-is over its budget by more than the margin (CPU, not wall: a loaded machine stretches wall time, not CPU time)."""
+"""scripts/ci_tier.py, the CI's tier runner: it prints a tier's wall and CPU time, warns when a tier's CPU time is
+over its budget and fails it when over by more than the margin (CPU, not wall: a loaded machine stretches wall time,
+not CPU time)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,18 @@ def test_a_tier_within_its_budget_passes_and_prints_its_times():
 
 
 def test_a_tier_over_its_cpu_budget_fails_with_the_reason():
-    # 0.6 s of CPU in the child against a budget of 0.1 s x 1.25: counted through RUSAGE_CHILDREN
+    # 0.6 s of CPU in the child against a budget of 0.1 s x 2: counted through RUSAGE_CHILDREN
     done = tier("demo", "--cpu-budget", "0.1", "--", *BURN)
     assert done.returncode == 3, done.stdout + done.stderr
-    assert "tier demo: " in done.stdout and "over its budget of 0.1 s by more than 25% (limit 0.125 s)" in done.stdout
+    assert "tier demo: " in done.stdout and "over its budget of 0.1 s by more than 100% (limit 0.2 s)" in done.stdout
+    assert "warning" not in done.stdout
+
+
+def test_a_tier_over_its_budget_within_the_margin_passes_with_a_warning():
+    # 0.6 s of CPU against a budget of 0.4 s: over it, within 0.4 x 2 = 0.8 s
+    done = tier("demo", "--cpu-budget", "0.4", "--", *BURN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tier demo: warning: " in done.stdout and "over its budget of 0.4 s" in done.stdout
 
 
 def test_the_commands_own_failure_passes_through():
@@ -61,3 +70,18 @@ def test_the_times_of_a_ci_log_are_read_into_json(tmp_path):
     log.write_text("step install: 100 s\n")  # a run that did not finish
     assert subprocess.run([sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"],
                           capture_output=True, text=True).returncode == 1
+
+
+def test_a_run_that_stopped_early_is_refused_unless_recorded_as_unfinished(tmp_path):
+    log = tmp_path / "ci.log"
+    log.write_text("step install: 114 s\ntier fast: 158 s wall, 269 s CPU (user 226, sys 43) (exit 0)\n"
+                   "tier fast: 269 s of CPU is over its budget of 200 s by more than 25% (limit 250 s): ...\n")
+    script = [sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"]
+    refused = subprocess.run(script, capture_output=True, text=True)
+    assert refused.returncode == 1 and "did not finish" in refused.stderr
+    done = subprocess.run([*script, "--unfinished"], capture_output=True, text=True)
+    import json
+
+    record = json.loads(done.stdout)
+    assert record["finished"] is False and record["total_wall_s"] is None
+    assert record["tiers"]["fast"]["cpu_s"] == 269

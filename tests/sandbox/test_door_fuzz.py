@@ -5,7 +5,7 @@
   function, on hostile shapes (missing and extra keys, wrong types, non-string names, NaN and huge numbers, deep
   nesting, huge strings, wrong lengths). Each either comes back typed within every bound, or raises
   ``SandboxError`` with the channel's label; nothing else. Hundreds of examples in the fast tier, more in tier 2.
-- through the real stages that consume each channel, with the real sandbox: a harness whose diagnostics,
+- through the real stages that consume each channel, with the real sandbox (tier 2): a harness whose diagnostics,
   reward or curriculum hands the payload back through its own output file or protocol pipe (bypassing the
   worker's own serialisation, as a hostile harness can). Replay, diagnose, the diagnostics backtest and the
   evaluation must each end with that candidate's labelled rejection where the door refuses the payload, and
@@ -458,7 +458,11 @@ def diagnosis_of(world: Path, tmp: Path, harness: Path) -> dict:
     return {f["name"]: f for f in json.loads((tmp / "d.json").read_text())["findings"]}
 
 
-STAGE_TIERS = [pytest.param(1, marks=pytest.mark.fast, id="fast"), pytest.param(6, id="tier2")]
+# Through the stages only in tier 2: derandomized, a run of n examples after the explicit ones draws the first n of
+# the same sequence, so a fast run of one example (~36 s of the fast tier's CPU: each runs replay, diagnose and a
+# backtest in the real sandbox) repeated a subset of what tier 2 runs in the same CI; a quick run (`-m fast`) keeps the
+# door-level properties above.
+STAGE_TIERS = [pytest.param(6, id="tier2")]
 LABELS_REFUSED = {door.FINDINGS_LABEL, outputs.BAD_OUTPUT}
 
 
