@@ -55,7 +55,10 @@ def test_every_slot_trains_its_first_rung_and_the_winner_the_rest(finished_run):
         slots = len(first)
         assert _charged(continued.iloc[0]) == slots * SEEDS * BUDGET - slots * SEEDS * FIRST_RUNG
         metrics = json.loads((rungs_run / f"gen{g}" / "backtest" / "continue" / "metrics.json").read_text())
-        assert metrics["compute"]["sampled_responses"] == _charged(continued.iloc[0])  # one policy, spent exactly
+        # one policy, spent exactly: what the generation did not spend on its first rungs or to judge them
+        evaluation = json.loads(continued.iloc[0]["charge"]).get("evaluation") or 0
+        assert evaluation > 0  # search.charge_evaluation (default): the evidence, exit rollouts and val answers
+        assert metrics["compute"]["sampled_responses"] + evaluation == _charged(continued.iloc[0])
     # the next generation descends from the continuation: promote copied its policy, select names it as parent
     assert policy_id(rungs_run / "gen1" / "policy") == policy_id(rungs_run / "gen0" / "backtest" / "continue" / "policy")
     gen1 = table[(table["generation"] == 1) & (table["rung"] == 0)]
@@ -192,7 +195,7 @@ def test_a_final_share_and_a_confirmation_reach_the_last_continuation_through_th
         assert [len(a) for a in answers] == [look["prompts"]] * 2 and look["charge"]["charged"] == 2 * look["prompts"]
         assert charge["confirmation"] == look["charge"]["charged"]
         trained = json.loads((backtests / "continue" / "metrics.json").read_text())["plan"]["budget"]
-        assert trained + charge["confirmation"] == _charged(continued.loc[g])
+        assert trained + charge["confirmation"] + (charge.get("evaluation") or 0) == _charged(continued.loc[g])
         assert chosen["promoted"] == (look["finalist"] if look["confirmed"] else "control")
         assert ("not confirmed" in chosen["reason"]) is not look["confirmed"]
     assert confirmed >= 1  # experiment=quick's candidates are not all behind in both generations

@@ -243,10 +243,13 @@ def test_the_ledger_charges_every_slot_its_full_budget(finished_run):
     book = summary["ledger"]
     assert book["search"]["charged"] == SEEDS * BUDGET * (len(first) + book["search"]["unused_slots"])
     continued = sum(json.loads(c)["charged"] for c in table[table["rung"] == 1]["charge"])
+    judged = sum(json.loads(c).get("evaluation") or 0 for c in table[table["rung"] == 1]["charge"])
     # the promoted path: each generation's winning first rung (both seeds) and its continuation; the returned
-    # policy trained on the continuations and seed 0 of each winning rung
+    # policy trained on the continuations (less the evaluation sampling they were charged) and seed 0 of each
+    # winning rung
     assert book["promoted_path"]["charged"] == continued + 2 * SEEDS * FIRST_RUNG
-    assert book["promoted_path"]["returned"] == continued + 2 * FIRST_RUNG == book["fixed"]["baseline_matched"]["charged"]
+    assert book["promoted_path"]["returned"] == continued - judged + 2 * FIRST_RUNG
+    assert book["promoted_path"]["returned"] == book["fixed"]["baseline_matched"]["charged"]
     # the comparison a user would make leads: the fixed recipe at the whole search's charge (search.baseline_search)
     assert [c["arm"] for c in summary["comparison"]] == ["baseline_search", "baseline_matched", "baseline"]
     assert book["fixed"]["baseline_search"]["charged"] == 2 * (1 + 2) * 2 * BUDGET  # the nominal slots (no extras)
@@ -306,8 +309,12 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
         assert "evolved_minus_arm" in table[arm] and 0 <= table[arm]["test_mean"] <= 1
     assert table["baseline_search"]["charged"] == slots * 1024  # the fixed recipe at the whole search's budget
     # search.schedule=rungs: every slot's first rung is 256 responses; each generation's winner continues on the
-    # other 4 x 1024 - 4 x 256, so the returned policy trained on 2 x (256 + 3072) of the 8 slots' 8192
-    returned = 2 * (256 + 4 * 1024 - 4 * 256)
+    # other 4 x 1024 - 4 x 256 less what the generation sampled to judge its slots (search.charge_evaluation), so the
+    # returned policy trained on 2 x (256 + 3072) - that evaluation of the 8 slots' 8192
+    continues = lineage.read(results / "default-seed0" / "lineage.parquet").query("rung == 1")
+    judged = sum(json.loads(c).get("evaluation") or 0 for c in continues["charge"])
+    assert len(continues) == 2 and judged > 0
+    returned = 2 * (256 + 4 * 1024 - 4 * 256) - judged
     assert table["evolved"]["charged"] == returned and table["baseline_matched"]["charged"] == returned
     assert headline["vs_baseline_search"]["seeds"] == 1 and headline["returned_share"] == [returned / (slots * 1024)]
     per = {row["arm"]: row for row in headline["per_arm_seed"]}

@@ -397,6 +397,10 @@ class SearchConf:
     # evotrainer.search.schedule.second_rung, stages/second_rung.py)
     second_rung: float = between(0.0, 0.0, 0.99)
     min_returned_share: float = between(0.7, 0.0, 1.0)
+    # rungs: what a generation samples to judge, not to train (its evidence rollouts, every backtest's exit rollouts
+    # and val answers, the last continuation's), is charged to its continuation, which trains that much less
+    # (stages/evaluation_charge.py, docs/compute-ledger.md); false: reported beside the charge only, as before
+    charge_evaluation: bool = True
     # rungs: the share of the whole search's budget held back from every generation and given to the last
     # generation's continuation (the final phase: the promoted harness trained on from the last winner's rung)
     final_share: float = between(0.0, 0.0, 0.99)

@@ -160,7 +160,8 @@ def arm_table(rows: list[dict], arms: dict[str, list[float | None]],
     return table
 
 
-AUXILIARY = ("rollout_responses", "exit_responses", "val_responses", "test_responses", "train_cpu_s")
+AUXILIARY = ("rollout_responses", "exit_responses", "val_responses", "test_responses", "evaluation_charged",
+             "evaluation_uncharged", "train_cpu_s")
 
 
 def _mean_auxiliary(records: list[dict | None] | None) -> dict:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evotrainer.contracts import ledger
 from evotrainer.contracts.lineage import CONTINUED
@@ -87,6 +87,8 @@ class Continuation:
     budget: int
     steps: int
     batch: int
+    evaluation: int = 0  # of first_rungs_charged: what the generation sampled to judge, not to train
+    evaluation_uncharged: int = 0  # evaluation sampling beyond what the generation had left (too small a budget)
 
     @property
     def runs(self) -> bool:
@@ -96,15 +98,18 @@ class Continuation:
     def as_dict(self) -> dict:
         return {"unit": self.unit, "generation_budget": self.generation_budget, "slots": self.slots,
                 "first_rungs_charged": self.first_rungs_charged, "budget": self.budget, "steps": self.steps,
-                "batch": self.batch}
+                "batch": self.batch, "evaluation": self.evaluation, "evaluation_uncharged": self.evaluation_uncharged}
 
 
 def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping, generation: int = 0,
-                 confirmation_charged: int = 0) -> Continuation:
+                 confirmation_charged: int = 0, evaluation_charged: int = 0) -> Continuation:
     """The continuation's budget: the generation's (``max(1 + agent.max_candidates, len(rows))`` whole slots,
     the budget unit of ``generation_recipe``) minus what its first-rung backtests were charged (``rows``: the
-    generation's lineage rows, their ``charge`` records; a row without one counts its whole slot) and what
-    select's confirmation sampled (``confirmation_charged``, search.selection=two_look; ledger unit).
+    generation's lineage rows, their ``charge`` records; a row without one counts its whole slot), what
+    select's confirmation sampled (``confirmation_charged``, search.selection=two_look; ledger unit) and what the
+    generation sampled to judge its slots (``evaluation_charged``: evidence, exit rollouts, val answers;
+    stages.evaluation_charge, ledger unit; at most what the generation has left after the rest, so that its total
+    stays its budget: the part above is ``evaluation_uncharged``, reported, a budget too small for its evaluation).
 
     ``search.final_share`` f: every generation keeps (1 - f) of its slots' budget, and the last one's continuation
     also gets f x generations x (1 + agent.max_candidates) slots, the final phase, so the search's total is
@@ -115,8 +120,11 @@ def continuation(cfg, rows, generation_recipe: Mapping, winner_recipe: Mapping, 
     for record in rows["charge"] if "charge" in rows else [None] * len(rows):
         record = ledger.as_record(record)
         charged += int(record["charged"]) if record else int(slot["budget"])
-    return rest_of(cfg, slot["unit"], generation_budget(cfg, slot, slots, generation),
-                   charged + int(confirmation_charged), slots, winner_recipe)
+    total = generation_budget(cfg, slot, slots, generation)
+    charged += int(confirmation_charged)
+    evaluation = min(int(evaluation_charged), max(0, total - charged))
+    plan = rest_of(cfg, slot["unit"], total, charged + evaluation, slots, winner_recipe)
+    return replace(plan, evaluation=evaluation, evaluation_uncharged=int(evaluation_charged) - evaluation)
 
 
 def generation_budget(cfg, slot: Mapping, slots: int, generation: int) -> int:
@@ -153,14 +161,15 @@ def rest_of(cfg, unit: str, total: int, charged: int, slots: int, recipe: Mappin
 
 
 def second_rung_budget(cfg, generation_recipe: Mapping, slots_backtested: int, survivors: int,
-                       first_rungs_charged: int, generation: int = 0) -> int:
+                       first_rungs_charged: int, generation: int = 0, evaluation: int = 0) -> int:
     """Each survivor's second-rung budget (ledger unit, one training run): ``search.second_rung`` x one slot's
     budget, at most what keeps the winner's path at ``search.min_returned_share`` of the generation's budget G.
     The winner's path trains on its first rung's seed-0 share (a first rung's charge c / seeds), its second rung R
     and the continuation, G - (first rungs charged) - K - survivors x R, where K is what select's confirmation will
     charge (search.selection=two_look: its 2 x confirm_prompts answers; in tokens, at the generation recipe's
-    max_response_len each), so
-    R <= ((1 - min_returned_share) x G - first rungs charged - K + c / seeds) / (survivors - 1).
+    max_response_len each) and E what its evaluation sampling will be charged (``evaluation``: sampled so far and
+    the second rungs' own, foreseen; search.charge_evaluation), so
+    R <= ((1 - min_returned_share) x G - first rungs charged - K - E + c / seeds) / (survivors - 1).
     0 where rungs are off, ``second_rung`` is 0, or fewer than two slots survive (nothing to compare)."""
     if not rungs_on(cfg) or float(cfg.search.second_rung) <= 0 or survivors < 2:
         return 0
@@ -173,5 +182,5 @@ def second_rung_budget(cfg, generation_recipe: Mapping, slots_backtested: int, s
         confirmation = 2 * int(cfg.search.confirm_prompts)
         confirmation *= int(generation_recipe["max_response_len"]) if slot["unit"] == "tokens" else 1
     bound = ((1.0 - float(cfg.search.min_returned_share)) * total - first_rungs_charged - confirmation
-             + first) / (survivors - 1)
+             - int(evaluation) + first) / (survivors - 1)
     return max(0, math.floor(min(float(cfg.search.second_rung) * int(slot["budget"]), bound)))

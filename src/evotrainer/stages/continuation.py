@@ -21,11 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from evotrainer.atomic import read_json, write_json
-from evotrainer.contracts import lineage
+from evotrainer.contracts import ledger, lineage
 from evotrainer.contracts.harness import harness_id, load_recipe
-from evotrainer.layout import TrainingRunLayout
+from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import schedule
-from evotrainer.stages import backtest
+from evotrainer.stages import backtest, evaluation_charge
 from evotrainer.stages.common import config, second_rung_of
 
 
@@ -51,11 +51,20 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
     rows = lineage.read(lineage_part)
     confirmation = (chosen.get("confirmation") or {}).get("charge") or {}
     confirmed_charge = int(confirmation.get("charged") or 0)  # search.selection=two_look's fresh-prompt answers
+    evaluation = None
+    if cfg.search.charge_evaluation:  # what the generation sampled to judge its slots (docs/compute-ledger.md)
+        evaluation = evaluation_charge.sampled(RunLayout.of(out), generation,
+                                               ledger.unit_of(cfg.search.budget_unit))
     plan = schedule.continuation(cfg, rows, load_recipe(harness), load_recipe(first_rung.harness), generation,
-                                 confirmation_charged=confirmed_charge)
+                                 confirmation_charged=confirmed_charge,
+                                 evaluation_charged=int((evaluation or {}).get("charged") or 0))
     print(f"continue: {winner} from {how}: {plan.budget:,} {plan.unit} left of the generation's "
-          f"{plan.generation_budget:,} ({plan.slots} slots; first rungs and the confirmation charged "
-          f"{plan.first_rungs_charged:,})")
+          f"{plan.generation_budget:,} ({plan.slots} slots; first rungs, the confirmation and the evaluation "
+          f"sampling charged {plan.first_rungs_charged:,}, of it evaluation {plan.evaluation:,})")
+    if plan.evaluation_uncharged:
+        print(f"continue: warning: the generation sampled {plan.evaluation_uncharged:,} {plan.unit} more to judge its "
+              "slots than its budget had left; they are reported (charge.evaluation_uncharged), not charged: a budget "
+              "this small compares arms on unequal sampling (docs/compute-ledger.md)")
     base = {"run": cfg.run, "generation": generation, "candidate_id": schedule.CONTINUATION, "continues": winner,
             "plan": plan.as_dict()}
     if not plan.runs:
@@ -70,10 +79,16 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
                      per_seed_budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
         metrics = read_json(out / "metrics.json")
         write_json(out / "metrics.json", metrics | {k: v for k, v in base.items() if k not in metrics})
-    if confirmed_charge:  # the generation pays for select's confirmation through its continuation's row
-        metrics = read_json(out / "metrics.json")
-        if not (metrics.get("charge") or {}).get("confirmation"):
-            write_json(out / "metrics.json", metrics | {"charge": with_confirmation(metrics.get("charge"), confirmation)})
+    # the generation pays for select's confirmation and its evaluation sampling through its continuation's row
+    metrics = read_json(out / "metrics.json")
+    charge = metrics.get("charge")
+    if confirmed_charge and not (charge or {}).get("confirmation"):
+        charge = with_confirmation(charge, confirmation)
+    if evaluation and evaluation["charged"] and "evaluation" not in (charge or {}):
+        charge = with_evaluation(charge, evaluation | {"charged": plan.evaluation,
+                                                      "uncharged": plan.evaluation_uncharged})
+    if charge != metrics.get("charge"):
+        write_json(out / "metrics.json", metrics | {"charge": charge})
     lineage.write_generation(out_lineage, pd.DataFrame([row(cfg, chosen, read_json(out / "metrics.json"),
                                                             first_rung, generation, how)]))
 
@@ -87,6 +102,19 @@ def with_confirmation(charge: dict | None, confirmation: dict) -> dict:
     return charge | {"charged": int(charge["charged"]) + int(confirmation["charged"]),
                      "confirmation": int(confirmation["charged"]),
                      "confirmation_sampled_responses": int(confirmation.get("sampled_responses") or 0)}
+
+
+def with_evaluation(charge: dict | None, evaluation: dict) -> dict:
+    """The continuation's charge record with the generation's evaluation sampling (stages.evaluation_charge)
+    added: ``charged`` includes it, ``evaluation`` says how much, ``evaluation_parts`` where it was sampled,
+    ``evaluation_uncharged`` what the generation had no budget left for (the ledger's ``returned`` leaves it out: it
+    trained nothing)."""
+    charge = dict(charge or {"unit": evaluation["unit"], "budget": 0, "spent": 0, "charged": 0,
+                             "sampled_responses": 0, "generated_tokens": 0})
+    return charge | {"charged": int(charge["charged"]) + int(evaluation["charged"]),
+                     "evaluation": int(evaluation["charged"]), "evaluation_parts": dict(evaluation["parts"]),
+                     "evaluation_sampled_responses": int(evaluation["sampled_responses"]),
+                     "evaluation_uncharged": int(evaluation.get("uncharged") or 0)}
 
 
 def row(cfg, chosen: dict, metrics: dict, first_rung: TrainingRunLayout, generation: int, how: str) -> dict:

@@ -20,9 +20,9 @@ from evotrainer.atomic import read_json, write_json
 from evotrainer.contracts import ledger
 from evotrainer.contracts.candidate import CONTROL
 from evotrainer.contracts.harness import load_recipe
-from evotrainer.layout import TrainingRunLayout
+from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import schedule, selection
-from evotrainer.stages import backtest, select
+from evotrainer.stages import backtest, evaluation_charge, select
 from evotrainer.stages.common import config
 
 
@@ -48,12 +48,17 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
     alive = [cid for cid in cids if cid in alive or cid in earned]
     record["earned"] = earned
     charged = sum(int((ledger.as_record(m.get("charge")) or {}).get("charged") or 0) for m in metrics.values())
-    budget = schedule.second_rung_budget(cfg, load_recipe(harness), len(cids), len(alive), charged, generation)
+    evaluation = 0
+    if cfg.search.charge_evaluation:  # the continuation will be charged the evaluation sampling, the second rungs' too
+        so_far = evaluation_charge.sampled(RunLayout.of(backtests), generation, record["unit"])
+        evaluation = evaluation_charge.foreseen(so_far, len(alive))
+    budget = schedule.second_rung_budget(cfg, load_recipe(harness), len(cids), len(alive), charged, generation,
+                                         evaluation=evaluation)
     plans = {cid: schedule.rest_of(cfg, record["unit"], budget, 0, len(cids),
                                    load_recipe(TrainingRunLayout(backtests / cid).harness)) for cid in alive}
     runnable = [cid for cid in alive if plans[cid].runs]
     record |= {"survivors": runnable, "stopped": [cid for cid in cids if cid not in runnable], "budget": budget,
-               "first_rungs_charged": charged,
+               "first_rungs_charged": charged, "evaluation_foreseen": evaluation,
                "first_rung_intervals": {cid: intervals[cid] for cid in alive if cid in intervals}}
     if CONTROL not in runnable or len(runnable) < 2:
         why = ("every candidate is behind the control beyond noise on its first rung" if len(alive) < 2 else

@@ -157,10 +157,12 @@ def tune_charge(run_dir: Path, final: dict, test: dict | None) -> dict:
     """The tune_then_train arm's charge: every trial's slot and the final training of the best recipe."""
     study = read_json(RunLayout(run_dir).tune_study)
     trials = int(study.get("charged") or 0)
+    evaluation = int(study.get("evaluation_charged") or 0)  # the trials' val answers and exit rollouts
     last = int((final.get("charge") or {}).get("charged") or 0)
     return {"label": "TPE trials from the generation-0 policy, then the best recipe for the rest of the budget",
-            "unit": (final.get("charge") or {}).get("unit", "responses"), "charged": trials + last,
-            "trials": len(study.get("trials") or []), "trials_charged": trials, "final_charged": last,
+            "unit": (final.get("charge") or {}).get("unit", "responses"), "charged": trials + evaluation + last,
+            "trials": len(study.get("trials") or []), "trials_charged": trials, "evaluation_charged": evaluation,
+            "final_charged": last,
             "best": study.get("best"), "best_val_accuracy": study.get("best_val_accuracy"),
             "test_accuracy": (test or {}).get("test_accuracy")}
 
@@ -177,8 +179,11 @@ def _search_shape(config_path: str | None) -> tuple[int, int]:
 
 def auxiliary(table, run_dir: Path, evolved: dict, fixed_tests: list[dict | None]) -> dict:
     """What the run spent outside its training slots: the rollout stage's evidence, the backtests' exit
-    rollouts, val and test scoring; the training CPU seconds; the agent's tokens, cost and seconds."""
+    rollouts, val and test scoring; of it, what the continuations were charged (``evaluation_charged``, ledger unit;
+    search.charge_evaluation) and what a budget too small left uncharged; the training CPU seconds; the agent's
+    tokens, cost and seconds."""
     computes = [ledger.as_record(c) or {} for c in table["compute"]] if len(table) else []
+    charges = [ledger.as_record(c) or {} for c in table["charge"]] if len(table) and "charge" in table else []
     run = RunLayout(run_dir)
     agent = {"tokens": 0, "cost_usd": 0.0, "seconds": 0.0, "calls": 0}
     for path in run.find("agent_calls"):
@@ -195,6 +200,8 @@ def auxiliary(table, run_dir: Path, evolved: dict, fixed_tests: list[dict | None
         "val_responses": ledger.sum_records(computes, "eval_responses"),
         "test_responses": sum(int(((t or {}).get("compute") or {}).get("eval_responses") or 0)
                               for t in [evolved, *fixed_tests]),
+        "evaluation_charged": sum(int(c.get("evaluation") or 0) for c in charges),
+        "evaluation_uncharged": sum(int(c.get("evaluation_uncharged") or 0) for c in charges),
         "train_cpu_s": round(sum(float(c.get("train_cpu_s") or 0.0) for c in computes), 1),
         "agent": agent,
     }

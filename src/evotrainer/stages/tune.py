@@ -41,7 +41,7 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
     import optuna
 
     from evotrainer.agents.tuners import TPETunerAgent, sampler_seed, startup_trials
-    from evotrainer.stages import backtest
+    from evotrainer.stages import backtest, evaluation_charge
     from evotrainer.stages.common import config
 
     cfg = config(config_path)
@@ -88,7 +88,17 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
     if rungs:  # the rest of the same total: generations x (1 + max_candidates) slots, less what the trials spent
         slot = schedule.slot_budget(cfg, parent)
         total = int(cfg.search.generations) * (1 + int(cfg.agent.max_candidates)) * int(slot["budget"])
-        rest = schedule.rest_of(cfg, slot["unit"], total, study_record["charged"], 0,
+        if cfg.search.charge_evaluation:  # the trials' val answers chose the recipe: charged, as the loop's are
+            evaluation = evaluation_charge.of_backtests([layout.tune_backtest(r["trial"]).dir for r in records],
+                                                        slot["unit"])
+            # at most what the trials left: the arm's total stays its budget (the rest reported, as a continuation's)
+            left = max(0, total - int(study_record["charged"]))
+            study_record["evaluation_charged"] = min(int(evaluation["charged"]), left)
+            study_record["evaluation"] = evaluation | {"uncharged": int(evaluation["charged"]) - min(
+                int(evaluation["charged"]), left)}
+            write_json(layout.tune_study, study_record)
+        rest = schedule.rest_of(cfg, slot["unit"], total,
+                                study_record["charged"] + int(study_record.get("evaluation_charged") or 0), 0,
                                 load_recipe(layout.tune_backtest(best).harness) if best else parent, multiple=restarts)
         final_steps, final_budget = rest.steps, (None if cfg.search.budget_unit == "steps" else rest.budget)
     print(f"tune_then_train: best {best or 'none (the initial recipe)'}; training it for {final_steps} steps"
