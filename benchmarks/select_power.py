@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from evotrainer.search.intervals import gain_interval  # noqa: E402
 from evotrainer.search.selection import Slot, confirmed, decide, finalist, interval_confidence  # noqa: E402
-from evotrainer.stages.select import gain_interval  # noqa: E402
 
 DISPERSION = 2.0  # Beta(a, b) with a + b = 2: prompts from nearly always right to nearly always wrong
 CONFIRM_CONFIDENCE = 0.90  # the confirmation's two-sided level: one-sided 5%

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evotrainer.search.intervals import gain_interval
 from evotrainer.search.selection import (
     Slot,
     Verdict,
@@ -14,7 +15,6 @@ from evotrainer.search.selection import (
     interval_confidence,
     survivors,
 )
-from evotrainer.stages.select import gain_interval
 
 pytestmark = pytest.mark.fast
 

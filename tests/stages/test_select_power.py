@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evotrainer.stages.select import gain_interval
+from evotrainer.search.intervals import gain_interval
 
 pytestmark = pytest.mark.fast
 
