@@ -232,3 +232,11 @@ def test_a_second_rung_leaves_room_for_select_s_confirmation():
     assert schedule.second_rung_budget(compose(["search.budget_unit=steps", "search.steps_per_generation=100",
                                                 "agent.max_candidates=2", "search.second_rung=0.25",
                                                 "search.min_returned_share=0.5"]), RECIPE, 3, 2, 3 * 6400) == 6400
+
+
+def test_a_second_rung_leaves_room_for_the_evaluation_the_continuation_will_be_charged():
+    """search.charge_evaluation: the bound also subtracts E, the evaluation sampling the continuation will pay
+    for: (0.3 x 49,152 - 12,288 - 3,000 + 3,072) / 1 = 2,529.6 for two survivors, under the quarter slot (3,072)."""
+    cfg = _cfg("search.second_rung=0.25", "search.seeds=1", f"search.budget={4 * SLOT}")
+    assert schedule.second_rung_budget(cfg, RECIPE, 4, 2, 4 * SLOT) == 3072
+    assert schedule.second_rung_budget(cfg, RECIPE, 4, 2, 4 * SLOT, evaluation=3000) == 2529

@@ -99,3 +99,26 @@ def test_the_continuation_trains_the_evaluation_less_and_the_returned_share_leav
 def test_it_is_on_by_default_and_can_be_turned_off():
     assert compose([]).search.charge_evaluation is True
     assert compose(["search.charge_evaluation=false"]).search.charge_evaluation is False
+
+
+def test_a_skipped_continuation_is_charged_what_was_left_and_returns_none_of_it():
+    """Less than a batch left after the rungs and the evaluation: nothing trains, and the rest is charged unspent
+    (a generation's total stays its budget, as a slot that fails early is charged its budget)."""
+    from evotrainer.stages.continuation import unspent_charge
+
+    cfg = compose(["search.budget_unit=responses", f"search.budget={SLOT}", "search.steps_per_generation=12",
+                   "agent.max_candidates=3"])
+    rows = pd.DataFrame([{"charge": json.dumps({"unit": "responses", "charged": 768})}] * 4)
+    plan = schedule.continuation(cfg, rows, RECIPE, RECIPE, evaluation_charged=4 * SLOT - 4 * 768 - 100)
+    assert not plan.runs and plan.budget == 100
+    record = {"unit": "responses", "charged": plan.evaluation, "sampled_responses": plan.evaluation, "parts": {}}
+    charge = with_evaluation(unspent_charge(plan), record)
+    assert charge["charged"] == 4 * SLOT - 4 * 768 and charge["unspent"] == 100 and charge["spent"] == 0
+    table = pd.DataFrame([
+        {"generation": 0, "candidate_id": "control", "verdict": "kept", "rung": 0, "parent_generation": None,
+         "parent_candidate_id": None, "compute": json.dumps({"sampled_responses": 768}),
+         "charge": json.dumps({"unit": "responses", "charged": 768})},
+        {"generation": 0, "candidate_id": "continue", "verdict": lineage.CONTINUED, "rung": 1, "parent_generation": 0,
+         "parent_candidate_id": "control", "compute": json.dumps({"sampled_responses": 0}),
+         "charge": json.dumps(charge)}])
+    assert ledger.promoted_path_charge(lineage.promoted_path(table))["returned"] == 768

@@ -170,7 +170,10 @@ def test_a_final_share_and_a_confirmation_reach_the_last_continuation_through_th
                     "--cores", "2", "results/default/gen1/lineage_continue.parquet", "--config", "experiment=quick", "run=default",
                     "search__final_share=0.5", "search__budget_unit=responses", "search__budget=1536",
                     "search__selection=two_look", "search__confirm_prompts=120",
-                    "search__baseline=false", "search__baseline_search=false", "search__baseline_matched=false"],
+                    "search__baseline=false", "search__baseline_search=false", "search__baseline_matched=false",
+                    # at this tiny budget the evaluation sampling would leave generation 0's continuation under a
+                    # batch; what it charges is tests/stages/test_evaluation_charge.py's and the shared run's
+                    "search__charge_evaluation=false"],
                    check=True, capture_output=True, timeout=900)
     run = tmp_path / "results" / "default"
     rows = pd.concat([lineage.read(run / f"gen{g}" / "lineage.parquet") for g in (0, 1)]

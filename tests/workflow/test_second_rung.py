@@ -24,9 +24,11 @@ from tests.workflow.test_schedule import _run_until
 
 pytestmark = pytest.mark.e2e
 
+# search.charge_evaluation off: at this tiny budget the evaluation sampling (probe and val answers of every run)
+# would leave no second rung a batch; the bound's room for it is tests/search/test_schedule.py's
 CONFIG = ["experiment=quick", "run=default", "search__generations=1", "search__second_rung=0.25",
           "search__min_gain=-1", "search__budget_unit=responses", "search__budget=1536", "search__baseline=false",
-          "search__baseline_search=false", "search__baseline_matched=false"]
+          "search__baseline_search=false", "search__baseline_matched=false", "search__charge_evaluation=false"]
 TARGET = "results/default/gen0/lineage_continue.parquet"
 COLUMNS = ["generation", "candidate_id", "verdict", "failure_label", "val_accuracy", "rung", "charge"]
 

@@ -315,7 +315,8 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     judged = sum(json.loads(c).get("evaluation") or 0 for c in continues["charge"])
     assert len(continues) == 2 and judged > 0
     returned = 2 * (256 + 4 * 1024 - 4 * 256) - judged
-    assert table["evolved"]["charged"] == returned and table["baseline_matched"]["charged"] == returned
+    # the promoted path is charged its continuations whole, the evaluation they paid for included
+    assert table["evolved"]["charged"] == returned + judged and table["baseline_matched"]["charged"] == returned
     assert headline["vs_baseline_search"]["seeds"] == 1 and headline["returned_share"] == [returned / (slots * 1024)]
     per = {row["arm"]: row for row in headline["per_arm_seed"]}
     assert set(per) == {"evolved", "evolved_search", "baseline", "baseline_matched", "baseline_search", *search_arms}

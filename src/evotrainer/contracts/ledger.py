@@ -141,9 +141,10 @@ def promoted_path_charge(promoted, unit: str = "responses", seeds: int = 1) -> d
     known = [r for r in records if r]
     spent = "generated_tokens" if unit == "tokens" else "sampled_responses"
     charges = [int(r["charged"]) if r else int(c.get(spent) or 0) for r, c in zip(records, computes, strict=True)]
-    # a continuation's record may hold select's confirmation answers (search.selection=two_look) and the generation's
-    # evaluation sampling (search.charge_evaluation): charged, not trained
-    confirmations = [int((r or {}).get("confirmation") or 0) + int((r or {}).get("evaluation") or 0) for r in records]
+    # a continuation's record may hold select's confirmation answers (search.selection=two_look), the generation's
+    # evaluation sampling (search.charge_evaluation) and, skipped, what was left unspent: charged, not trained
+    confirmations = [sum(int((r or {}).get(key) or 0) for key in ("confirmation", "evaluation", "unspent"))
+                     for r in records]
     # a slot's second rung (search.second_rung) trained seed 0's policy alone: all of it went on
     seconds = [int((r or {}).get("second_rung") or 0) for r in records]
     return {"unit": known[0]["unit"] if known else unit, "charged": sum(charges),

@@ -67,9 +67,10 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
               "this small compares arms on unequal sampling (docs/compute-ledger.md)")
     base = {"run": cfg.run, "generation": generation, "candidate_id": schedule.CONTINUATION, "continues": winner,
             "plan": plan.as_dict()}
-    if not plan.runs:
+    if not plan.runs:  # what is left is still the generation's: charged unspent, as a slot that fails early is
         write_json(out / "metrics.json", base | {"status": "skipped", "failure_label": None,
-                                                 "error": f"less than one batch left ({plan.budget} {plan.unit})"})
+                                                 "error": f"less than one batch left ({plan.budget} {plan.unit})",
+                                                 "charge": unspent_charge(plan)})
     else:
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").unlink(missing_ok=True)  # a rerun after a kill starts over (its training did)
@@ -91,6 +92,13 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
         write_json(out / "metrics.json", metrics | {"charge": charge})
     lineage.write_generation(out_lineage, pd.DataFrame([row(cfg, chosen, read_json(out / "metrics.json"),
                                                             first_rung, generation, how)]))
+
+
+def unspent_charge(plan: schedule.Continuation) -> dict:
+    """A skipped continuation's charge: what the generation had left (under one batch), charged and ``unspent``
+    (the ledger's ``returned`` leaves it out: it trained nothing), so the generation's total stays its budget."""
+    return {"unit": plan.unit, "budget": plan.budget, "batch": plan.batch, "spent": 0, "charged": plan.budget,
+            "sampled_responses": 0, "generated_tokens": 0, "unspent": plan.budget}
 
 
 def with_confirmation(charge: dict | None, confirmation: dict) -> dict:
@@ -119,7 +127,7 @@ def with_evaluation(charge: dict | None, evaluation: dict) -> dict:
 
 def row(cfg, chosen: dict, metrics: dict, first_rung: TrainingRunLayout, generation: int, how: str) -> dict:
     """The continuation's lineage row: verdict ``continued`` where it trained, else ``failed`` with its label (a
-    skipped one: ``failed``, label none, charged nothing)."""
+    skipped one: ``failed``, label none, charged what was left unspent)."""
     acc = metrics.get("val_accuracy")
     control = chosen.get("control_val_accuracy")
     ok = metrics.get("status") == "ok"
