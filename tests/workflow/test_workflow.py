@@ -322,12 +322,12 @@ def test_headline_smoke_charges_every_search_arm_the_same_and_resumes_to_the_sam
     assert set(per) == {"evolved", "evolved_search", "baseline", "baseline_matched", "baseline_search", *search_arms}
     assert all(row["charged"] > 0 and row["run"] == "default-seed0" for row in per.values())
     # tune_then_train: 6 TPE trials from the generation-0 policy at first-rung length, then the best recipe for
-    # everything they did not spend
+    # everything they did not spend, less what the trials sampled to be judged (search.charge_evaluation)
     seed_run = results / "default-seed0"
     study = json.loads((seed_run / "tune" / "study.json").read_text())
-    assert len(study["trials"]) == 6 and study["charged"] == 6 * 256
+    assert len(study["trials"]) == 6 and study["charged"] == 6 * 256 and study["evaluation_charged"] > 0
     assert json.loads((seed_run / "tune_then_train" / "metrics.json").read_text())["charge"]["charged"] == \
-        slots * 1024 - 6 * 256
+        slots * 1024 - 6 * 256 - study["evaluation_charged"]
     # every loop search arm: the same slots, each charged its budget whatever became of it; its own skill library.
     # pbt and population mode spend their slots flat; the agent arms in rungs, as the loop does
     for arm in search_arms[1:]:
