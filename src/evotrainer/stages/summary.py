@@ -89,7 +89,8 @@ def run(init_metrics: str, selections: list[str], evolved_test: str, baseline_te
               f"{book['promoted_path'].get('returned', book['promoted_path']['charged']):,} of them"
               + (f", {share:.0%}" if share is not None else "") + ")"]
     lines += [f"- vs {c['label']} ({c['arm']}, charged {c['arm_charged']:,} {book['unit']}): "
-              f"{c['arm_test_accuracy']:.3f}, evolved {c['difference']:+.3f}" for c in summary["comparison"]]
+              f"{c['arm_test_accuracy']:.3f}, evolved {c['difference']:+.3f}{unequal_note(c)}"
+              for c in summary["comparison"]]
     if "tune_then_train" in book and book["tune_then_train"]["test_accuracy"] is not None:
         tuned = book["tune_then_train"]
         lines += [f"- vs tune_then_train ({tuned['trials']} TPE trials, best {tuned['best']}; charged "
@@ -233,8 +234,24 @@ def comparisons(summary: dict) -> list[dict]:
         fixed = book["fixed"].get(arm)
         if not fixed or fixed.get("test_accuracy") is None:
             continue
-        out.append({"arm": arm, "label": fixed["label"], "arm_test_accuracy": fixed["test_accuracy"],
-                    "arm_charged": int(fixed.get("charged") or 0),
-                    "evolved_charged": int(book["search" if arm == "baseline_search" else "promoted_path"]["charged"]),
-                    "difference": summary["evolved_test_accuracy"] - fixed["test_accuracy"]})
+        row = {"arm": arm, "label": fixed["label"], "arm_test_accuracy": fixed["test_accuracy"],
+               "arm_charged": int(fixed.get("charged") or 0),
+               "evolved_charged": int(book["search" if arm == "baseline_search" else "promoted_path"]["charged"]),
+               "difference": summary["evolved_test_accuracy"] - fixed["test_accuracy"]}
+        if arm == "baseline_search":  # the one comparison that claims equal compute: say where it is not
+            row["equal_charge"] = row["evolved_charged"] <= row["arm_charged"] * (1 + UNEQUAL_SHARE)
+        out.append(row)
     return out
+
+
+UNEQUAL_SHARE = 0.01  # the whole search charged more than the whole-search arm by over this share: not equal compute
+
+
+def unequal_note(comparison: dict) -> str:
+    """The words summary.md adds to a whole-charge comparison the loop was charged more for (a steps budget lets a
+    promoted change sample more per step: dynamic sampling, a larger group; docs/compute-ledger.md)."""
+    if comparison.get("equal_charge", True):
+        return ""
+    more = comparison["evolved_charged"] / max(1, comparison["arm_charged"]) - 1
+    return (f" — not at equal compute: the loop was charged {more:.0%} more (under a steps budget a promoted change "
+            "sampled more per step; search.budget_unit=responses holds every arm to one budget)")
