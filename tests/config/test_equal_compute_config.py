@@ -18,7 +18,7 @@ from evotrainer.contracts.harness import load_recipe
 pytestmark = pytest.mark.fast
 
 
-def test_a_steps_budget_becomes_the_same_budget_in_responses_for_the_headline():
+def test_a_steps_budget_becomes_the_same_budget_in_responses_for_every_run():
     cfg = validate(compose(["search.steps_per_generation=12"]))
     assert equal_compute_budget(cfg) == {"budget_unit": "responses", "budget": 12 * 32 * 8}
     wider = validate(compose(["search.steps_per_generation=12", "harness.recipe.group_size=16"]))
@@ -30,6 +30,8 @@ def test_a_steps_budget_becomes_the_same_budget_in_responses_for_the_headline():
     assert equal_compute_budget(agentic) == {"budget_unit": "responses",
                                              "budget": 12 * recipe["prompts_per_step"] * recipe["group_size"]}
     assert equal_compute_budget(validate(compose(["trainer=verl"]))) is None  # verl trains for steps
+    # the protocol of older runs: optimizer steps, when asked for
+    assert equal_compute_budget(validate(compose(["search.equal_compute=false"]))) is None
     # a task that cannot load (its data folder is missing): no budget, and no error here; preflight names it
     assert equal_compute_budget(validate(compose(["task=math", "task.data_dir=/nonexistent/data"]))) is None
 

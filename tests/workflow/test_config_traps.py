@@ -86,6 +86,10 @@ def test_a_changed_config_under_a_run_with_outputs_is_refused_and_generations_st
     done = snakemake(tmp_path, data, "--config", *quick, "forkserver=false")
     assert done.returncode == 0, done.stderr[-3000:]
     saved = (tmp_path / "results/default/config.yaml").read_text()
+    # the main run spends its steps budget as the same budget in sampled responses, as the headline's runs do
+    # (config.equal_compute_budget): a promoted knob cannot buy the loop samples its fixed recipe does not get
+    search = yaml.safe_load(saved)["search"]
+    assert (search["budget_unit"], search["budget"]) == ("responses", 12 * 32 * 8)
 
     refused = one_line_failure(snakemake(tmp_path, "-n", "--config", *quick, "search__steps_per_generation=5"), tmp_path,
                                fresh=False)

@@ -104,12 +104,13 @@ MULTI_TURN = is_multi_turn(CFG.task.name)
 HEADLINE_RUNS = {seed_run(RUN, s): s for s in range(CFG.search.headline_seeds)}
 HEADLINE = run_layout(headline_run(RUN))  # where the headline comparison is written
 # Each seed learns from its own skill library (independent seeds); one shared library only when
-# skills.library_dir is set explicitly, which headline.json then records as shared. The headline compares arms
-# at equal compute (contracts.ledger): a steps budget becomes the same budget in sampled responses where the
-# trainer implements one (config.equal_compute_budget), so that no knob buys extra samples.
+# skills.library_dir is set explicitly, which headline.json then records as shared. Every run compares arms at
+# equal compute (contracts.ledger): a steps budget becomes the same budget in sampled responses where the
+# trainer implements one and search.equal_compute is on (config.equal_compute_budget), so that no knob buys
+# extra samples: the main run's whole-charge fixed recipe as much as the headline's arms.
 EQUAL_BUDGET = equal_compute_budget(CFG)
 HEADLINE_SEARCH = {"budget_unit": EQUAL_BUDGET["budget_unit"], "budget": EQUAL_BUDGET["budget"]} if EQUAL_BUDGET else {}
-RUN_CONFIGS = {RUN: CFG} | {
+RUN_CONFIGS = {RUN: validate(OmegaConf.merge(CFG, {"search": HEADLINE_SEARCH})) if EQUAL_BUDGET else CFG} | {
     name: validate(OmegaConf.merge(CFG, {"run": name, "seed": seed, "skills": {
         "library_dir": CFG.skills.library_dir or str(run_layout(name).skill_library)},
         # the headline also answers "at the promoted path's charged responses?" (where the trainer can)

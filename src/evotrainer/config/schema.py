@@ -386,6 +386,11 @@ class SearchConf:
     # (dynamic sampling, a larger group) instead of receiving extra; the baseline gets generations x budget
     budget_unit: str = one_of("steps", "steps", "responses", "tokens")
     budget: int = between(0, 0, 10**15)
+    # a `steps` budget is spent as the same budget in sampled responses (steps_per_generation x the starting
+    # recipe's prompts_per_step x group_size) by every run and arm where the trainer implements one, so that no
+    # promoted knob (dynamic sampling, a larger group) buys the loop samples the fixed recipe does not get
+    # (config.equal_compute_budget, docs/compute-ledger.md); false: optimizer steps, as runs before it
+    equal_compute: bool = True
     # how a generation spends its slots (evotrainer.search.schedule, docs/schedule.md): rungs (every slot trains a
     # first rung of first_rung x its budget, select picks the winner, the winner continues for the rest of the
     # generation's budget); flat (every slot trains its whole budget, the winner's policy goes on)
@@ -791,14 +796,15 @@ def initial_harness_path(cfg: DictConfig) -> Path:
 
 
 def equal_compute_budget(cfg: DictConfig) -> dict[str, Any] | None:
-    """For the headline's runs: a ``search.budget_unit=steps`` config turned into the same budget in sampled
-    responses (steps_per_generation x prompts_per_step x group_size of the starting recipe), so that every slot of
-    every arm spends exactly that and no knob buys extra samples (contracts.ledger); None where the config
-    already budgets responses or tokens, or where only steps are implemented (trainer=verl)."""
+    """For every run of the workflow (the main run, the headline's seeds and arms): a ``search.budget_unit=steps``
+    config turned into the same budget in sampled responses (steps_per_generation x prompts_per_step x group_size
+    of the starting recipe), so that every slot of every arm spends exactly that and no knob buys extra samples
+    (contracts.ledger); None where the config already budgets responses or tokens, where
+    ``search.equal_compute`` is false, or where only steps are implemented (trainer=verl)."""
     from evotrainer.contracts.harness import load_recipe
 
     search = cfg.search
-    if search.budget_unit != "steps" or not responses_budget_supported(cfg):
+    if search.budget_unit != "steps" or not search.equal_compute or not responses_budget_supported(cfg):
         return None
     try:
         harness = initial_harness_path(cfg)

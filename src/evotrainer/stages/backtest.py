@@ -89,19 +89,82 @@ class Budget:
                 for key, value in asdict(self).items()}
 
 
+# The backtest's modes, each a named entry point over one core (`_backtest`): a generation's slot (`candidate`:
+# a candidate's diff, the control's empty one, or a diagnostics-only change, which registers from its replay
+# without training), the fixed recipe (`baseline`: equal steps, the whole search's budget, tune_then_train's
+# final run), the fixed recipe at the promoted path's charge (`matched_baseline`), and a policy trained on from a
+# first rung under its own harness (`continuation`: the winner's continuation, a second rung). `run` is the
+# `backtest` command's dispatcher: the workflow's rules name the mode by their flags.
+
+
+def candidate(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str, data_dir: str,
+              evidence_path: str | None, out_dir: str, generation: int, steps: int, *, threads: int = 1,
+              seeds: int = 1, replay: str | None = None, per_seed_budget: int | None = None) -> None:
+    """One slot of a generation: ``candidate_dir``'s diff (the control's is empty) applied to the parent harness,
+    trained under ``seeds`` training seeds for ``steps`` (or ``per_seed_budget`` in ``search.budget_unit``: a first
+    rung) and scored on val. A candidate whose validation or replay failed is charged its slot and not trained;
+    a diagnostics-only change registers its replay's backtest on archived evidence (`_register_diagnostic`).
+    Also a tune_then_train trial and the population's elite rerun (a candidate folder each)."""
+    _backtest(config_path, parent_policy, parent_harness, candidate_dir, data_dir, evidence_path, out_dir, generation,
+              steps, threads=threads, seeds=seeds, replay=replay, per_seed_budget=per_seed_budget)
+
+
+def baseline(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str, steps: int, *,
+             restarts: int = 1, threads: int = 1, candidate_dir: str | None = None,
+             per_seed_budget: int | None = None) -> None:
+    """The fixed recipe: ``harness`` (with ``candidate_dir``'s diff: tune_then_train's chosen recipe) trained
+    from ``policy`` for ``steps`` (or ``per_seed_budget``) in ``restarts`` equal chunks, each with a fresh
+    optimizer, a fresh KL reference and the seed generation ``chunk`` would get: the loop's protocol with
+    nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control. A yardstick: the rules
+    relative to the control do not apply."""
+    _backtest(config_path, policy, harness, candidate_dir, data_dir, None, out_dir, 0, steps, threads=threads,
+              restarts=restarts, per_seed_budget=per_seed_budget)
+
+
+def matched_baseline(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str, steps: int,
+                     lineage: str, *, restarts: int = 1, threads: int = 1) -> None:
+    """The fixed recipe at the promoted path's charge: trained until as many responses are sampled as the run's
+    promoted path trained on per seed (read from ``lineage``), split evenly over the restarts."""
+    _backtest(config_path, policy, harness, None, data_dir, None, out_dir, 0, steps, threads=threads,
+              restarts=restarts, match_lineage=lineage)
+
+
+def continuation(config_path: str, policy: str, harness: str, data_dir: str, evidence_path: str | None,
+                 out_dir: str, generation: int, steps: int, *, per_seed_budget: int | None, label: str,
+                 threads: int = 1) -> None:
+    """A first-rung policy trained on under its own (already applied) harness, one seed, for ``steps`` (or
+    ``per_seed_budget``): the generation winner's continuation (``label`` ``continue``) and a survivor's second
+    rung (``label`` its candidate id)."""
+    _backtest(config_path, policy, harness, None, data_dir, evidence_path, out_dir, generation, steps,
+              threads=threads, per_seed_budget=per_seed_budget, label=label)
+
+
 def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
         evidence_path: str | None, out_dir: str, generation: int, steps: int, threads: int = 1,
-        split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None,
+        restarts: int = 1, seeds: int = 1, replay: str | None = None,
         match_lineage: str | None = None, per_seed_budget: int | None = None, label: str | None = None) -> None:
-    """``restarts`` > 1 (the baseline arm) trains in that many equal chunks, each with a fresh optimizer,
-    a fresh KL reference and the seed generation ``generation + chunk`` would get: the loop's protocol
-    with nothing ever promoted, so chunk 0 is bit-for-bit the first generation's control.
-    ``match_lineage`` (the equal-samples baseline): train until as many responses are sampled as the run's
-    promoted path sampled per seed (read from that lineage), split evenly over the restarts.
-    ``per_seed_budget``: this backtest's budget per training seed in ``search.budget_unit`` (responses or tokens), instead
-    of ``search.budget`` per generation's worth of steps (a first rung, a winner's continuation:
-    evotrainer.search.schedule). ``label``: the candidate id of a run without a candidate folder (the
-    continuation's ``continue``; else ``baseline``)."""
+    """The `backtest` command: the mode its flags name (``--candidate``: a slot; ``--match-lineage``: the matched
+    baseline; ``--label``: a continuation; neither: the fixed recipe)."""
+    if match_lineage:
+        return matched_baseline(config_path, parent_policy, parent_harness, data_dir, out_dir, steps, match_lineage,
+                                restarts=restarts, threads=threads)
+    if label:
+        return continuation(config_path, parent_policy, parent_harness, data_dir, evidence_path, out_dir, generation,
+                            steps, per_seed_budget=per_seed_budget, label=label, threads=threads)
+    if candidate_dir and restarts == 1:
+        return candidate(config_path, parent_policy, parent_harness, candidate_dir, data_dir, evidence_path, out_dir,
+                         generation, steps, threads=threads, seeds=seeds, replay=replay,
+                         per_seed_budget=per_seed_budget)
+    return baseline(config_path, parent_policy, parent_harness, data_dir, out_dir, steps, restarts=restarts,
+                    threads=threads, candidate_dir=candidate_dir, per_seed_budget=per_seed_budget)
+
+
+def _backtest(config_path: str, parent_policy: str, parent_harness: str, candidate_dir: str | None, data_dir: str,
+              evidence_path: str | None, out_dir: str, generation: int, steps: int, *, threads: int = 1,
+              split_name: str = "val", restarts: int = 1, seeds: int = 1, replay: str | None = None,
+              match_lineage: str | None = None, per_seed_budget: int | None = None, label: str | None = None) -> None:
+    """The one core of every mode: check and apply the diff, train under supervision, score on ``split_name``,
+    write metrics.json last (a failure included, charged in full)."""
     cfg = config(config_path)  # the job's one load of the config: passed down to training and evaluation
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -130,12 +193,7 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
         return failed(parent_error.label, str(parent_error))
     replayed = read_json(replay) if replay else {"status": "ok"}
     if replayed["status"] == "diagnostic":  # a diagnostics-only change: its backtest ran on archived evidence
-        result = replayed["diagnostic_backtest"]
-        write_json(out / "metrics.json", base | {
-            "status": "registered" if result["registered"] else "failed", "failure_label": result["failure_label"],
-            "error": None if result["registered"] else result["reason"], "diagnostic_backtest": result,
-            "charge": ledger.charge(slot)})
-        return None
+        return _register_diagnostic(out, base, replayed["diagnostic_backtest"], slot)
     if replayed["status"] == "rejected":  # the replay showed it cannot work: no training
         return failed(replayed["failure_label"], f"rejected at replay: {replayed['reason']}")
     started = time.monotonic()
@@ -207,6 +265,15 @@ def run(config_path: str, parent_policy: str, parent_harness: str, candidate_dir
                      f"{split_name}/reward_mean": sum(m[f"{split_name}_reward_mean"] for m in per_seed) / seeds}, step=steps)
     write_json(out / "metrics.json", base | {"status": "ok", "failure_label": None, "error": None} | metrics)
     return None
+
+
+def _register_diagnostic(out: Path, base: dict, result: dict, slot: dict) -> None:
+    """A diagnostics-only change (a new diagnostic, no harness file): nothing trains; its replay's backtest on
+    archived evidence is its result, and the slot is charged in full (contracts.ledger)."""
+    write_json(out / "metrics.json", base | {
+        "status": "registered" if result["registered"] else "failed", "failure_label": result["failure_label"],
+        "error": None if result["registered"] else result["reason"], "diagnostic_backtest": result,
+        "charge": ledger.charge(slot)})
 
 
 def tracking_spec(cfg, out: Path, generation: int, candidate: str, candidate_dir: str | None,

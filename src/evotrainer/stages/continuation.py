@@ -75,9 +75,9 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").unlink(missing_ok=True)  # a rerun after a kill starts over (its training did)
         steps_budget = cfg.search.budget_unit == "steps"
-        backtest.run(config_path, start_policy, str(first_rung.harness), None, data_dir, evidence_path, str(out),
-                     generation, plan.steps, threads=threads, seeds=1,
-                     per_seed_budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
+        backtest.continuation(config_path, start_policy, str(first_rung.harness), data_dir, evidence_path, str(out),
+                              generation, plan.steps, threads=threads,
+                              per_seed_budget=None if steps_budget else plan.budget, label=schedule.CONTINUATION)
         metrics = read_json(out / "metrics.json")
         write_json(out / "metrics.json", metrics | {k: v for k, v in base.items() if k not in metrics})
     # the generation pays for select's confirmation and its evaluation sampling through its continuation's row

@@ -43,9 +43,9 @@ def run(config_path: str, run_dir: str, out: str, steps: int, threads: int = 1) 
     rerun = layout.elite_backtest
     if not rerun.metrics.exists():
         print(f"elite: generation {generation}'s {cid} ({proposal.get('intervention')}) again under fresh training seeds")
-        backtest.run(config_path, str(gen.policy), str(gen.harness), str(folder), str(layout.data),
-                     str(gen.rollouts) if gen.rollouts.exists() else None, str(rerun.dir), generation=generation,
-                     steps=steps, threads=threads, seeds=cfg.search.seeds)
+        backtest.candidate(config_path, str(gen.policy), str(gen.harness), str(folder), str(layout.data),
+                           str(gen.rollouts) if gen.rollouts.exists() else None, str(rerun.dir), generation=generation,
+                           steps=steps, threads=threads, seeds=cfg.search.seeds)
     fresh = read_json(rerun.metrics)
     selected_val, fresh_val = selected.get("val_accuracy"), fresh.get("val_accuracy")
     write_json(out, {

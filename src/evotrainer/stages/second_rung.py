@@ -71,9 +71,9 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
             rung.dir.mkdir(parents=True, exist_ok=True)
             print(f"second_rung: {cid} trains {plans[cid].budget:,} {record['unit']} more from its first-rung policy")
             steps_budget = cfg.search.budget_unit == "steps"
-            backtest.run(config_path, str(first.seed(0).policy), str(first.harness), None, data_dir, evidence_path,
-                         str(rung.dir), generation, plans[cid].steps, threads=threads, seeds=1,
-                         per_seed_budget=None if steps_budget else plans[cid].budget, label=cid)
+            backtest.continuation(config_path, str(first.seed(0).policy), str(first.harness), data_dir, evidence_path,
+                                  str(rung.dir), generation, plans[cid].steps, threads=threads,
+                                  per_seed_budget=None if steps_budget else plans[cid].budget, label=cid)
         done = read_json(rung.metrics)
         record["runs"][cid] = {"status": done.get("status"), "failure_label": done.get("failure_label"),
                                "val_accuracy": done.get("val_accuracy"),

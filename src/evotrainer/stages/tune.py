@@ -70,8 +70,8 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
         if not out.metrics.exists():
             print(f"tune_then_train: trial {index + 1}/{trials}: "
                   + (", ".join(f"{k} {parent[k]} -> {v}" for k, v in changes.items()) or "the initial recipe"))
-            backtest.run(config_path, policy, harness, str(candidate), data_dir, None, str(out.dir), generation=0,
-                         steps=trial_steps, threads=threads, seeds=seeds, per_seed_budget=trial_budget)
+            backtest.candidate(config_path, policy, harness, str(candidate), data_dir, None, str(out.dir), generation=0,
+                               steps=trial_steps, threads=threads, seeds=seeds, per_seed_budget=trial_budget)
         metrics = read_json(out.metrics)
         value = metrics.get("val_accuracy") if metrics.get("status") == "ok" else None
         if value is None:
@@ -103,8 +103,8 @@ def run(config_path: str, policy: str, harness: str, data_dir: str, out_dir: str
         final_steps, final_budget = rest.steps, (None if cfg.search.budget_unit == "steps" else rest.budget)
     print(f"tune_then_train: best {best or 'none (the initial recipe)'}; training it for {final_steps} steps"
           + (f" ({final_budget:,} {cfg.search.budget_unit})" if final_budget else ""))
-    backtest.run(config_path, policy, harness, str(layout.tune_candidate(best)) if best else None, data_dir, None,
-                 out_dir, generation=0, steps=final_steps, threads=threads, restarts=restarts, per_seed_budget=final_budget)
+    backtest.baseline(config_path, policy, harness, data_dir, out_dir, final_steps, restarts=restarts, threads=threads,
+                      candidate_dir=str(layout.tune_candidate(best)) if best else None, per_seed_budget=final_budget)
 
 
 def _study(records: list[dict]) -> dict:
