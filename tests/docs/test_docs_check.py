@@ -43,6 +43,10 @@ SKIP = {
     "pip install": "installs a package (network)",
     "python -m pytest": "the test suite itself; .ci/run runs its tiers",
     "python benchmarks/": "a benchmark (minutes each), run by hand",
+    "python scripts/cluster_resolve.py": "asks the package registry (network, minutes): "
+    "tests/backends/test_cluster_resolve.py runs it",
+    "python scripts/gpu_pack.py": "downloads and compresses the GPU pack (network, ~20 min): run by hand; "
+    "tests/backends/test_gpu_pack.py exercises it on local inputs",
     "python3 scripts/slurm_local.py": "a private SLURM cluster (root, apt-get): tests/workflow/test_slurm.py",
     "snakemake --profile": "a SLURM cluster: tests/workflow/test_slurm.py runs the workflow on the local one",
     "sbatch": "a SLURM cluster",
