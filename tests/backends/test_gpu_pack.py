@@ -177,3 +177,59 @@ def test_cached_pieces_are_reused_with_their_trim_counts(tmp_path):
     assert [(p.path, p.files, p.raw_bytes) for p in again] == [(p.path, p.files, p.raw_bytes) for p in first]
     assert {p.path: p.path.stat().st_mtime_ns for p in again} == stamps  # read back, not compressed again
     assert again_dropped == first_dropped and first_dropped["test folders"]["files"] == 1
+
+
+def test_project_requirements_leave_out_torch_and_what_the_check_never_imports(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "p"\nversion = "0"\ndependencies = ["torch==2.13.0", "snakemake>=9,<10", '
+                         '"reasoning-gym==0.1.25", "optuna>=4.2", "math-verify==0.9.0"]\n'
+                         '[project.optional-dependencies]\nverl = ["verl==0.9.1", "cachetools"]\ndev = ["pytest"]\n')
+    kept, left_out = gpu_pack.project_requirements(pyproject)
+    assert kept == ["snakemake>=9,<10", "math-verify==0.9.0", "verl==0.9.1", "cachetools"]
+    reasons = {dep: reason for reason, deps in left_out.items() for dep in deps}
+    assert set(reasons) == {"torch==2.13.0", "reasoning-gym==0.1.25", "optuna>=4.2"}
+    assert "pycosat" in reasons["reasoning-gym==0.1.25"] and "machine" in reasons["torch==2.13.0"]
+
+
+def test_project_imports_stopping_at_a_compiled_only_package_are_not_checkable_others_fail():
+    results = {"proj.ok": {"ok": True},
+               "proj.engine": {"ok": False, "error": "ModuleNotFoundError: No module named 'vllm._C'",
+                               "missing": "vllm._C"},
+               "proj.broken": {"ok": False, "error": "ModuleNotFoundError: No module named 'typo'", "missing": "typo"},
+               "proj.raises": {"ok": False, "error": "ValueError: bad", "missing": None}}
+    checked, failed, not_checkable = gpu_pack.classify_project_imports(results, {"vllm": "vllm", "tiny": "tinypkg"},
+                                                                      {"vllm"})
+    assert checked == ["proj.ok"]
+    assert set(failed) == {"proj.broken", "proj.raises"}
+    assert list(not_checkable) == ["proj.engine"] and "vllm._C" in not_checkable["proj.engine"]
+
+
+def test_check_imports_the_project_modules_the_manifest_names_from_src(tmp_path):
+    limit = 10 * gpu_pack.MIB
+    out, parts, _, _ = build_parts(tmp_path, limit)
+    write_manifest(out, parts, limit)
+    manifest = json.loads((out / gpu_pack.MANIFEST).read_text())
+    manifest["project_modules"] = ["proj_ok", "proj_broken"]
+    (out / gpu_pack.MANIFEST).write_text(json.dumps(manifest))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "proj_ok.py").write_text("from tinypkg import ANSWER\nassert ANSWER == 42\n")
+    (src / "proj_broken.py").write_text("import tinypkg\nimport not_in_the_pack\n")
+    report = gpu_pack.check(out, src=src)
+    assert report["project_imports_checked"] == ["proj_ok"]
+    assert "not_in_the_pack" in report["project_imports_failed"]["proj_broken"]
+    assert not report["ok"] and report["imports_failed"] == {}
+    (src / "proj_broken.py").write_text("import tinypkg_extra\n")
+    report = gpu_pack.check(out, src=src)
+    assert report["ok"] and report["project_imports_checked"] == ["proj_broken", "proj_ok"]
+
+
+def test_machine_packages_are_linked_with_their_metadata(tmp_path):
+    from importlib import metadata
+
+    name = "packaging"
+    gpu_pack.link_from_this_python({name: None}, tmp_path / "machine", with_metadata=True)
+    gpu_pack.link_from_this_python({name: None}, tmp_path / "standins")
+    found = {str(d.locate_file("")) for d in metadata.distributions(path=[str(tmp_path / "machine")])}
+    assert found and (tmp_path / "machine" / name).exists()
+    assert not list(metadata.distributions(path=[str(tmp_path / "standins")]))
