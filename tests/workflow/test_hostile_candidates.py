@@ -1,5 +1,5 @@
 """The hostile-candidate suite (issue 13, item 5): every candidate of tests/hostile.py planted as a user
-candidate in ONE real `snakemake` run (quick experiment, 1 generation, 6 steps), then checked:
+candidate in ONE real `snakemake` run (quick experiment, 1 generation, 8 steps), then checked:
 
 - per candidate: its failure label is one of its acceptable labels, it was stopped where it must be (the
   diff check / import probe, the replay, the training-time reward worker, or the trusted gates), and it
@@ -40,7 +40,9 @@ pytestmark = pytest.mark.e2e
 
 # the fixed recipe at equal steps is the one fixed arm whose numbers the tests check; the equal-charge arms (the
 # returned policy's responses, the whole search's: 63 and 5 job-s here) would train only for the report
-CONFIG = ["experiment=quick", "run=default", "search__generations=1", "search__steps_per_generation=6", "agent__max_candidates=0",
+# 8-step slots: every slot's first rung is 2 steps (512 sampled responses: the run spends its steps budget as
+# responses, search.equal_compute), past the TRAIN_AFTER = 400 reward calls at which the "train" attacks fire
+CONFIG = ["experiment=quick", "run=default", "search__generations=1", "search__steps_per_generation=8", "agent__max_candidates=0",
           "sandbox__reward_timeout_s=10", "search__baseline_matched=false", "search__baseline_search=false"]
 # files the attacks aim at, hashed before and after. Not the whole tree: people edit the working tree while
 # the suite runs; every attack that writes also writes the run's token, which no file of the package may hold.
