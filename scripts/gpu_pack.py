@@ -151,8 +151,9 @@ def target_environment() -> dict[str, str]:
 
 
 def platform_args() -> list[str]:
-    tags = [f"manylinux_2_{m}_x86_64" for m in range(GLIBC_MINOR, 16, -1)]
-    tags += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+    from cluster_resolve import manylinux_platforms  # the same tags the cluster resolver asks for
+
+    tags = manylinux_platforms(f"2.{GLIBC_MINOR}")
     return [*(arg for tag in tags for arg in ("--platform", tag)), "--python-version", PYTHON,
             "--only-binary=:all:", "--implementation", "cp"]
 
