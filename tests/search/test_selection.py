@@ -133,6 +133,24 @@ def test_the_second_rungs_survivors_are_the_control_and_every_valid_candidate_no
     assert survivors(generation(c2=Slot("c2", "ok", 0.30, interval=interval(-0.14, -0.06)))) == ("control",)
 
 
+def test_a_capped_second_rung_keeps_the_control_then_the_evidence_then_the_best_first_rungs():
+    """``search.second_rung_keep`` m: at most m slots train a second rung (successive halving's cut, the control
+    always among them as the comparator); a candidate that earned its look on evidence goes first, whatever its
+    first rung showed, then the candidates not behind, best first-rung val accuracy first."""
+    slots = generation(c1=Slot("c1", "ok", 0.38, interval=interval(-0.05, +0.01)),
+                       c2=Slot("c2", "ok", 0.30, interval=interval(-0.14, -0.06)),  # behind beyond noise
+                       c3=Slot("c3", "ok", 0.41, interval=interval(-0.02, +0.04)),
+                       c5=Slot("c5", "ok", 0.45, interval=interval(0.01, 0.09)))
+    assert survivors(slots, keep=2) == ("control", "c5")
+    assert survivors(slots, keep=3) == ("control", "c3", "c5")  # in the slots' order
+    assert survivors(slots, keep=0) == survivors(slots) == ("control", "c1", "c3", "c5")  # 0: no cap
+    assert survivors(slots, keep=2, earned=("c2",)) == ("control", "c2")  # the evidence outranks a first-rung lead
+    assert survivors(slots, keep=3, earned=("c2",)) == ("control", "c2", "c5")
+    assert survivors(slots, earned=("c2",)) == ("control", "c1", "c2", "c3", "c5")
+    assert survivors(slots, keep=2, earned=("c1", "c2")) == ("control", "c1")  # two earned: the better first rung
+    assert survivors(slots, keep=1) == ("control",)
+
+
 CRITICAL_ABOVE = {"reward_false_negative_rate": 0.3, "curriculum_starved_levels": 0.4}
 
 

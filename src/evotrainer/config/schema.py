@@ -401,6 +401,9 @@ class SearchConf:
     # it; shortened so that the winner's path keeps min_returned_share of the generation (0: no second rung;
     # evotrainer.search.schedule.second_rung, stages/second_rung.py)
     second_rung: float = between(0.0, 0.0, 0.99)
+    # second_rung: at most this many slots train one (successive halving's cut): the control, the candidates that
+    # earned their look on evidence, then the best first rungs not behind (selection.survivors); 0: no cap
+    second_rung_keep: int = between(2, 0, 64)
     min_returned_share: float = between(0.7, 0.0, 1.0)
     # rungs: what a generation samples to judge, not to train (its evidence rollouts, every backtest's exit rollouts
     # and val answers, the last continuation's), is charged to its continuation, which trains that much less

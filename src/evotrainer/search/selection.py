@@ -166,11 +166,24 @@ def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:
     return None if best is None else best.candidate_id
 
 
-def survivors(slots: Sequence[Slot], *, min_gain: float = 0.0) -> tuple[str, ...]:
-    """Who trains a second rung (``search.second_rung``): the control and every valid candidate not behind it
-    beyond noise on the first rung, in the slots' order; the control alone where every candidate is behind."""
-    alive = {s.candidate_id for s in _not_behind(slots, min_gain)}
-    return tuple(s.candidate_id for s in slots if s.candidate_id == CONTROL or s.candidate_id in alive)
+def survivors(slots: Sequence[Slot], *, min_gain: float = 0.0, keep: int = 0,
+              earned: Sequence[str] = ()) -> tuple[str, ...]:
+    """Who trains a second rung (``search.second_rung``), in the slots' order: the control, every valid candidate
+    that ``earned`` its look on evidence (``earned_look``) whatever its first rung showed, and every valid
+    candidate not behind the control beyond noise on its first rung; the control alone where none is left.
+    ``keep`` m > 0 (``search.second_rung_keep``) cuts them to m slots, as successive halving keeps the best of a
+    rung: the control (the comparator) always, then the earned candidates, then the others by first-rung val
+    accuracy, the better first; ties go to the earlier slot."""
+    order = [s.candidate_id for s in slots]
+    by_id = {s.candidate_id: s for s in slots}
+    valid = {s.candidate_id for s in slots if s.status == "ok" and not s.vetoes and s.val_accuracy is not None}
+    proven = [cid for cid in order if cid in set(earned) and cid in valid and cid != CONTROL]
+    alive = [s.candidate_id for s in _not_behind(slots, min_gain) if s.candidate_id not in proven]
+    ranked = [cid for group in (proven, alive)
+              for cid in sorted(group, key=lambda c: (-float(by_id[c].val_accuracy), order.index(c)))]
+    if int(keep) > 0:
+        ranked = ranked[:max(0, int(keep) - 1)]
+    return tuple(cid for cid in order if cid == CONTROL or cid in ranked)
 
 
 def confirmed(confirmation: Mapping, *, min_gain: float = 0.0) -> bool:

@@ -1,10 +1,11 @@
 """Stage `second_rung` (``search.second_rung`` > 0 under rungs; docs/schedule.md, "A second rung"): after every
-slot's first rung, the slots not behind the control beyond noise (the *survivors*: the control and each valid
-candidate whose first-rung gain interval reaches above ``search.min_gain``, ``selection.survivors``) each train a
-second rung from their first-rung policy (seed 0's, under their own harness), in ``<slot>/rung2/``; select then
-judges them on it. Each second rung gets the same budget (``schedule.second_rung_budget``: ``second_rung`` x a
-slot, shortened so that the winner's path keeps ``search.min_returned_share`` of the generation); the slots that
-stopped leave what they did not spend to the winner's continuation, so the generation's total does not change.
+slot's first rung, the *survivors* (``selection.survivors``: the control, the valid candidates that earned their
+look on evidence, and those whose first-rung gain interval reaches above ``search.min_gain``; at most
+``search.second_rung_keep`` slots: the control, the evidence, then the best first rungs) each train a second rung
+from their first-rung policy (seed 0's, under their own harness), in ``<slot>/rung2/``; select then judges them on
+it. Each second rung gets the same budget (``schedule.second_rung_budget``: ``second_rung`` x a slot, shortened so
+that the winner's path keeps ``search.min_returned_share`` of the generation); the slots that stopped leave what
+they did not spend to the winner's continuation, so the generation's total does not change.
 
 Writes ``gen<g>/second_rung.json``: ``trained`` (false where fewer than two slots survive, the control failed,
 rungs are off or the budget is under one batch), the survivors, the slots that stopped, the budget, and each
@@ -42,11 +43,11 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
     if control is None or control.get("status") != "ok":
         return write_json(out, record | {"reason": "the control's first rung failed: nothing to compare with"})
     _, vetoes, _, intervals, slots = select.first_rung_facts(cfg, backtests, cids, metrics)
-    alive = list(selection.survivors(slots, min_gain=cfg.search.min_gain))
-    earned = earned_looks(Path(candidates_dir), [cid for cid in cids if cid not in alive and cid != CONTROL
+    earned = earned_looks(Path(candidates_dir), [cid for cid in cids if cid != CONTROL
                                                  and metrics[cid].get("status") == "ok" and not vetoes.get(cid)])
-    alive = [cid for cid in cids if cid in alive or cid in earned]
-    record["earned"] = earned
+    keep = int(cfg.search.second_rung_keep)
+    alive = list(selection.survivors(slots, min_gain=cfg.search.min_gain, keep=keep, earned=tuple(earned)))
+    record |= {"earned": earned, "keep": keep}
     charged = sum(int((ledger.as_record(m.get("charge")) or {}).get("charged") or 0) for m in metrics.values())
     evaluation = 0
     if cfg.search.charge_evaluation:  # the continuation will be charged the evaluation sampling, the second rungs' too
@@ -85,7 +86,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
 
 
 def earned_looks(candidates_dir: Path, cids: list[str]) -> dict[str, dict]:
-    """The candidates among ``cids`` (behind the control on their first rung, valid) that earn a second rung on
+    """The candidates among ``cids`` (valid, whatever their first rung showed) that earn a second rung on
     evidence (``selection.earned_look``): from the generation's diagnosis (its critical trusted findings), each
     candidate's proposal (its targeted findings) and replay (the findings re-measured)."""
     from evotrainer.layout import RunLayout
