@@ -9,7 +9,9 @@ as the flaws suite builds it, stages/flaws.py) under the suite's arithmetic shap
 (3 generations x 3 slots of 100 steps, so 25-step first rungs; the budgets of a whole suite run), with the fixed
 arms off. A repair is a promoted candidate (generation 0 or 1) whose diff touches a file the flaw changed; each
 seed's record lists every promotion, its gain and interval, the confirmation where ``two_look`` ran one, and the
-seed's job-seconds by rule (Snakemake's benchmark files). Resumable: Snakemake reruns nothing finished.
+seed's job-seconds by rule (Snakemake's benchmark files). Each seed's run has a skill library of its own, so the
+seeds are independent (records before this rule's commit shared one across the seeds of an --out folder).
+Resumable: Snakemake reruns nothing finished.
 """
 
 from __future__ import annotations
@@ -75,12 +77,24 @@ def snakemake_key(override: str) -> str:
     return f"{key.replace('.', '__')}={value}"
 
 
+def own_library(out: Path, run: str) -> Path:
+    """The run's own cross-run skill library (in its folder), so that the seeds are independent: with the default
+    (``skills.library_dir=null``: ``<out>/results/skill_library``) every seed's run read the skills the seeds before
+    it had written, as the headline's seeds do not (workflow/rules/common.smk)."""
+    return (Path(out) / "results" / run / "skill_library").resolve()
+
+
+def seed_overrides(args, flaw, harness: Path, run: str, seed: int) -> list[str]:
+    """The config of one seed's run: the flaw's task, the suite's shape, the caller's overrides, its own library."""
+    return [*flaw.head_overrides(), *SUITE_SHAPE, *args.overrides, f"run={run}", f"seed={seed}",
+            f"harness.initial={harness.resolve()}", f"search.selection={args.selection}",
+            f"skills.library_dir={own_library(args.out, run)}", "search.baseline=false",
+            "search.baseline_search=false", "search.baseline_matched=false"]
+
+
 def run_seed(args, flaw, harness: Path, seed: int) -> dict:
     run = f"{args.name or flaw.name}-{args.selection}-seed{seed}"
-    overrides = [*flaw.head_overrides(), *SUITE_SHAPE, *args.overrides, f"run={run}", f"seed={seed}",
-                 f"harness.initial={harness.resolve()}", f"search.selection={args.selection}",
-                 "skills.library_dir=null", "search.baseline=false", "search.baseline_search=false",
-                 "search.baseline_matched=false"]
+    overrides = seed_overrides(args, flaw, harness, run, seed)
     target = f"results/{run}/gen1/selection.json"
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(args.out),
            "--cores", str(args.cores), target, "--config", *map(snakemake_key, overrides)]
