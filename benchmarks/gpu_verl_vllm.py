@@ -1,6 +1,6 @@
 """The steps of benchmarks/gpu_verl_vllm.sh that run Python, one subcommand each; each prints one JSON line.
 
-    python benchmarks/gpu_verl_vllm.py imports MANIFEST     # the pack's project modules import here (cp312 included)
+    python benchmarks/gpu_verl_vllm.py imports MANIFEST     # the machine's versions, then the pack's project modules
     python benchmarks/gpu_verl_vllm.py model DIR            # a Qwen2 chat model built in code, saved as an HF folder
     python benchmarks/gpu_verl_vllm.py engine DIR           # (a) vLLM's offline engine on it: tokens/s
     python benchmarks/gpu_verl_vllm.py rollout DIR WORK     # (b) the project's rollout=vllm player on it
@@ -15,6 +15,7 @@ default harness. The single-GPU settings verl needs on this machine go through `
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,13 +31,53 @@ SINGLE_GPU_VERL = [
 RECIPE_STEPS = 1
 
 
+def machine_packages(provided: dict[str, dict]) -> dict:
+    """The distributions the pack left to the machine (the manifest's ``machine.provided``, scripts/gpu_machine.py):
+    each one's version here must meet what the pack's set asks of it (``requires``; for most the machine's version
+    was unknown where the pack was built), and its own requirements must hold among what is importable here, the
+    pack first. Returns what does not hold."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    missing, fails, unmet = [], {}, {}
+    for name, entry in sorted(provided.items()):
+        here = version(name)
+        if here is None:
+            missing.append(name)
+            continue
+        if not SpecifierSet(entry["requires"]).contains(here, prereleases=True):
+            fails[name] = f"{here}, the pack's set asks {entry['requires']} ({', '.join(entry['by'])})"
+        for line in metadata.requires(name) or []:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            got = version(req.name)
+            if got is None or not req.specifier.contains(got, prereleases=True):
+                unmet.setdefault(name, []).append(f"{req.name}{req.specifier} (here {got})")
+    return {"checked": len(provided), "missing": missing, "version_fails": fails, "requirements_unmet": unmet}
+
+
 def imports(manifest: str) -> dict:
-    """The project modules the pack's manifest names (``project_modules``: the sampler, the verl trainer, snakemake's
-    CLI, the stages), then vLLM and verl themselves, each imported here: on the GPU machine the compiled cp312 wheels
-    that the CPU check could not load do load. Which failed, with the error."""
+    """First the distributions the pack left to the machine (``machine_packages``); then the project modules the
+    pack's manifest names (``project_modules``: the sampler, the verl trainer, snakemake's CLI, the stages), then
+    vLLM and verl themselves, each imported here: on the GPU machine the compiled cp312 wheels that the CPU check
+    could not load do load. Which failed, with the error."""
     import importlib
 
-    names = [*json.loads(Path(manifest).read_text()).get("project_modules", []), "vllm", "verl", "verl.trainer.main_ppo"]
+    data = json.loads(Path(manifest).read_text())
+    provided = dict(data.get("machine", {}).get("provided", {}))
+    if data.get("machine_torch"):  # torch too: its own requirements must hold with the pack's copies in front
+        provided.setdefault("torch", {"requires": f"=={data['machine_torch']}", "by": ["vllm"]})
+    machine = machine_packages(provided)
+    names = [*data.get("project_modules", []), "vllm", "verl", "verl.trainer.main_ppo"]
     failed = {}
     began = time.monotonic()
     for name in names:
@@ -45,7 +86,7 @@ def imports(manifest: str) -> dict:
         except Exception as err:  # noqa: BLE001 (reported, the next one still tried)
             failed[name] = f"{type(err).__name__}: {err}"[:300]
     return {"step": "imports", "modules": len(names), "ok": len(names) - len(failed), "failed": failed,
-            "seconds": round(time.monotonic() - began, 1)}
+            "machine_packages": machine, "seconds": round(time.monotonic() - began, 1)}
 
 
 def model(folder: str) -> dict:
@@ -144,8 +185,11 @@ def verl(folder: str, work_dir: str) -> dict:
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     overrides = "[" + ",".join(f"'{o}'" for o in SINGLE_GPU_VERL) + "]"
+    # each verl command's own deadline ends inside the step's (STEP_LIMIT_S, set by the shell script), so the
+    # trainer's supervisor, not the step's `timeout`, stops main_ppo and its Ray workers
+    timeout_s = max(60, int(os.environ.get("STEP_LIMIT_S", "420")) - 25)
     conf = _config(folder, work, ["trainer.verl.n_gpus_per_node=1", "trainer.verl.nnodes=1",
-                                  "trainer.verl.gpu_memory_utilization=0.3", "trainer.verl.timeout_s=420",
+                                  "trainer.verl.gpu_memory_utilization=0.3", f"trainer.verl.timeout_s={timeout_s}",
                                   f"trainer.verl.overrides={overrides}"])
     cfg = config(conf)
     task = task_of(cfg)

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# verl and vLLM on one lent GPU, in one loan (<= 12 minutes): the pack built by scripts/gpu_pack.py must already lie
-# in gpu_pack/ (earlier transfers carried its parts; docs/gpu-check.md). Checks every part's sha256 against
-# gpu_pack/manifest.json, unpacks them into a temporary prefix put first on PYTHONPATH, then runs, each step with
-# its own time limit and none stopping the next (the pack carries vLLM, verl and the project's own dependencies,
-# snakemake among them; the machine needs only Python 3.12, torch and triton):
-#   imports  the project modules the manifest names, vLLM and verl: each imports (cp312 wheels load only here)
+# verl and vLLM on one lent GPU, in one loan (<= 12 minutes with the machine's start and the three transfer calls;
+# docs/gpu-check.md): the pack built by scripts/gpu_pack.py must already lie in gpu_pack/ (earlier transfers carried
+# its parts). Checks every part's sha256 against gpu_pack/manifest.json, unpacks them into a temporary prefix put
+# first on PYTHONPATH, then runs, each step with its own time limit and none stopping the next (the pack carries
+# vLLM, verl and the project's own dependencies, snakemake among them; the machine brings Python 3.12, torch,
+# triton and the packages scripts/gpu_machine.py left to it):
+#   imports  the machine's versions of what the pack left to it, then the project modules the manifest names,
+#            vLLM and verl: each imports (cp312 wheels load only here)
 #   (a) engine   vLLM's offline engine on a Qwen2 chat model built in code (random init): tokens/s
 #   (b) rollout  the project's rollout=vllm player on it, scored by the sandboxed default harness reward
 #   (c) verl     one verl main_ppo GRPO step through the project's trainer=verl (reward adapter + sandboxed worker)
 #   (d) quick    experiment=quick with trainer=verl rollout=vllm through snakemake, if time is left
-# Writes $OUT/gpu_verl_vllm.json (what ran: times, exit codes, each step's JSON line) and each step's log.
+# The default STEPS (imports rollout verl) fit the default BUDGET_S; engine and quick wait for a later loan
+# (STEPS="imports engine quick"). Writes $OUT/gpu_verl_vllm.json (what ran: times, exit codes, each step's JSON
+# line) and each step's log.
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_verl_vllm.sh              # from the repository root
-#   PY=python3 BUDGET_S=700 STEPS="engine rollout verl" bash benchmarks/gpu_verl_vllm.sh
+#   PY=python3 BUDGET_S=400 STEPS="imports engine quick" bash benchmarks/gpu_verl_vllm.sh
 set -u
 OUT=${OUT:-/tmp/gpu_verl_vllm}
 PY=${PY:-python3}
 PACK=${PACK:-gpu_pack}
-BUDGET_S=${BUDGET_S:-690}            # the whole script; step (d) runs only with QUICK_MIN_S left
-STEPS=${STEPS:-imports engine rollout verl quick}
-IMPORTS_S=${IMPORTS_S:-60} ENGINE_S=${ENGINE_S:-150} ROLLOUT_S=${ROLLOUT_S:-150} VERL_S=${VERL_S:-330}
+BUDGET_S=${BUDGET_S:-450}            # the whole script; step (d) runs only with QUICK_MIN_S left
+STEPS=${STEPS:-imports rollout verl}
+IMPORTS_S=${IMPORTS_S:-45} ENGINE_S=${ENGINE_S:-90} ROLLOUT_S=${ROLLOUT_S:-100} VERL_S=${VERL_S:-240}
 QUICK_MIN_S=${QUICK_MIN_S:-120}
 mkdir -p "$OUT"
 began=$SECONDS
@@ -46,14 +50,16 @@ EOF
 
 step() {  # step NAME LIMIT_S COMMAND...: run with a time limit (never past the budget), log to $OUT/NAME.log
     local name=$1 limit=$2; shift 2
-    [[ " $STEPS " == *" $name "* ]] || return 0
+    if [[ " $STEPS " != *" $name "* ]]; then
+        printf '{"step": "%s", "rc": null, "skipped": "not in STEPS"}\n' "$name" >> "$OUT/steps.jsonl"; return 0
+    fi
     local left=$((BUDGET_S - (SECONDS - began) - 15))
     (( left < limit )) && limit=$left
     if (( limit < 20 )); then
         printf '{"step": "%s", "rc": null, "skipped": "no time left"}\n' "$name" >> "$OUT/steps.jsonl"; return 0
     fi
     local t0=$SECONDS
-    timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    STEP_LIMIT_S=$limit timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
     record "$name" "$?" "$((SECONDS - t0))" "$OUT/$name.log"
 }
 
@@ -101,13 +107,17 @@ EOF
 
 HELPER=(env PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" "$PY" benchmarks/gpu_verl_vllm.py)
 step imports "$IMPORTS_S" "${HELPER[@]}" imports "$PACK/manifest.json"
-"${HELPER[@]}" model "$WORK/policy" > "$OUT/model.log" 2>&1
+case " $STEPS " in  # the model only for the steps that serve it
+    *" engine "*|*" rollout "*|*" verl "*) "${HELPER[@]}" model "$WORK/policy" > "$OUT/model.log" 2>&1 ;;
+esac
 step engine "$ENGINE_S" "${HELPER[@]}" engine "$WORK/policy"
 step rollout "$ROLLOUT_S" "${HELPER[@]}" rollout "$WORK/policy" "$WORK/rollout"
 step verl "$VERL_S" "${HELPER[@]}" verl "$WORK/policy" "$WORK/verl"
 # (d) only with QUICK_MIN_S left: the whole quick experiment rarely fits; what it reached is in its log. snakemake
 # is the pack's (python -m snakemake from the prefix on PYTHONPATH), so are the stages' dependencies
-if (( BUDGET_S - (SECONDS - began) - 15 >= QUICK_MIN_S )); then
+if [[ " $STEPS " != *" quick "* ]]; then
+    printf '{"step": "quick", "rc": null, "skipped": "not in STEPS"}\n' >> "$OUT/steps.jsonl"
+elif (( BUDGET_S - (SECONDS - began) - 15 >= QUICK_MIN_S )); then
     step quick "$QUICK_MIN_S" "$PY" -m snakemake --cores "$(nproc)" --directory "$PWD" --config \
         "results_dir=$WORK/results" experiment=quick trainer=verl rollout=vllm trainer__device=cuda \
         sandbox__isolation=process run=gpu_verl_vllm

