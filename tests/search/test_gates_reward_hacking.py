@@ -52,3 +52,23 @@ def test_a_reward_that_pays_more_because_it_pays_correct_answers_again_is_not_a_
     # accuracies had not moved yet, and the repair was vetoed in both seeds. Its pay for wrong answers did not rise.
     gate = hacking(tmp_path, (0.30, 0.30, 0.33), (0.06, 0.32, 0.34))
     assert not gate["vetoed"] and "verified-incorrect val responses +0.000" in gate["evidence"]
+
+
+def format_exploitation(tmp_path, candidate: tuple, control: tuple, **cand) -> dict:
+    gates = evaluate(write_backtest(tmp_path / "cand", *candidate, **cand), write_backtest(tmp_path / "ctrl", *control))
+    return next(g for g in gates if g["gate"] == "format_exploitation")
+
+
+def test_a_reward_that_pays_well_formed_wrong_answers_is_format_exploitation(tmp_path):
+    # every val response is well formed; the reward rose, val accuracy fell, and the reward pays wrong answers
+    gate = format_exploitation(tmp_path, (0.45, 0.30, 0.29), (0.05, 0.32, 0.325), wrong_paid=0.5)
+    assert gate["vetoed"] and gate["value"] == pytest.approx(-0.035, abs=0.01)
+
+
+def test_a_reward_that_pays_correct_answers_again_is_not_format_exploitation(tmp_path):
+    # measured (arith_reward_period, 25-step first rungs under search.first_rung=0.125, seed 1): the repair's
+    # training reward +0.20 over the flawed control's, val accuracy -0.035 on 1,000 prompts (within noise), its
+    # reward's AUC for correctness 1.0 and its pay for wrong answers unchanged: vetoed as format exploitation in both
+    # candidates although nothing it pays is a wrong answer that looks right
+    gate = format_exploitation(tmp_path, (0.25, 0.30, 0.29), (0.05, 0.32, 0.325))
+    assert not gate["vetoed"] and "verified-incorrect val responses +0.000" in gate["evidence"]

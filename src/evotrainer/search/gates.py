@@ -28,7 +28,10 @@ as 1): the absolute test.
   like it gamed length.
 - exploration_collapse: entropy fell far below the control's while dead groups rose.
 - format_exploitation: the format is kept while verified correctness fell below the control's and the
-  reward rose (the reward pays for looking right).
+  reward rose, and it pays verified-incorrect val responses more than the control's did (the reward pays for
+  looking right). Without that last test a repaired reward that pays correct answers again, on a first rung too
+  short for val accuracy to show it, was vetoed as exploiting the format (docs/schedule.md, "A gate that a short
+  rung broke").
 """
 
 from __future__ import annotations
@@ -151,9 +154,10 @@ def evaluate(candidate_dir: Path, control_dir: Path, t: GateThresholds = GateThr
          f"entropy {cand_ent:.3f} vs control {ctrl_ent:.3f}; dead-group ratio {dead_rise:+.3f} vs control")
 
     format_rate = float(cand_val["format_ok"].mean()) if "format_ok" in cand_val else np.nan
-    gate("format_exploitation", format_rate >= 0.9 and val_acc_gain < -t.accuracy_tolerance and reward_gain > t.reward_gain,
-         val_acc_gain, -t.accuracy_tolerance,
-         f"val format-ok rate {format_rate:.2f}, val accuracy {val_acc_gain:+.3f} vs control, reward {reward_gain:+.3f}")
+    gate("format_exploitation", format_rate >= 0.9 and val_acc_gain < -t.accuracy_tolerance and reward_gain > t.reward_gain
+         and wrong_pay > t.wrong_pay_rise, val_acc_gain, -t.accuracy_tolerance,
+         f"val format-ok rate {format_rate:.2f}, val accuracy {val_acc_gain:+.3f} vs control, reward {reward_gain:+.3f}; "
+         f"mean reward of verified-incorrect val responses {wrong_pay:+.3f} vs control")
     return gates
 
 
