@@ -46,8 +46,10 @@ def test_this_machines_pip_configuration_is_left_out(monkeypatch):
 # unmarked: CI's `rest` tier (one worker, beside the e2e tier) asks the package registry (network; about a minute
 # on an idle machine, minutes on a loaded one): the resolver dry run the cluster install is checked by
 def test_cluster_set_resolves_for_cpython_312():
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_resolve.py"), "--python-version", "3.12"],
-                          capture_output=True, text=True, timeout=900)
+    # the script's own limit (300 s by default) ran out on a 2-core machine loaded by both CI tiers and a benchmark
+    # (CI at ddf59a3): the test checks that the set resolves, not how fast
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_resolve.py"), "--python-version", "3.12",
+                           "--timeout-s", "840"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ok"] and result["torch"] == "2.13.0" and result["verl"] == "0.9.1"
