@@ -62,15 +62,13 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cluster_resolve beside it
 from cluster_resolve import PURE_SDISTS  # noqa: E402
 from gpu_machine import RULE, SOURCE, kept_on_machine, machine_leave_out  # noqa: E402
+from gpu_pack_base import MANIFEST, MIB, REPO, PackError, closure, sha256  # noqa: E402, F401 (gpu_pack.X for callers)
 
-REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "gpu_pack"
-MANIFEST = "manifest.json"
 TRANSFER_MIB = 64  # what one `run` call carries, the repository's tracked files included
 # one loan for the whole GPU check, and what the plan assumes of it (not measured here: no GPU was lent yet):
 # a machine start, then each transfer call (about 63 MiB), then a margin; the script gets what is left
 LOAN_S, START_S, CALL_S, MARGIN_S = 720, 120, 40, 30
-MIB = 2**20
 XZ_PRESET = 9 | lzma.PRESET_EXTREME
 PYTHON = "3.12"  # the lent machine's
 GLIBC_MINOR = 35  # manylinux tags up to 2.35 (the resolver's default; llguidance needs 2.31)
@@ -145,10 +143,6 @@ TRIM = (
     ("*/tests/*", "test folders"),
     ("*/__pycache__/*", "bytecode caches"),
 )
-
-
-class PackError(RuntimeError):
-    pass
 
 
 # ---------------------------------------------------------------------------------------------- what to pack
@@ -265,17 +259,6 @@ def resolve(roots: list[str], workdir: Path, wheelhouse: Path) -> dict[str, dict
             "specs": sorted({str(req) for req in applying}),  # the requirement lines, for gpu_machine's rule
             "pure": all(tag.abi == "none" and tag.platform == "any" for tag in tags)}
     return resolved
-
-
-def closure(names, graph: dict[str, dict], stop=frozenset()) -> set[str]:
-    seen, todo = set(), [canonicalize_name(n) for n in names]
-    while todo:
-        name = todo.pop()
-        if name in seen or name in stop or name not in graph:
-            continue
-        seen.add(name)
-        todo.extend(graph[name]["requires"])
-    return seen
 
 
 @dataclass
@@ -543,14 +526,6 @@ def first_fit(pieces: list[Piece], limit: int) -> list[list[Piece]]:
         else:
             parts.append([piece])
     return parts
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(MIB), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_parts(parts: list[list[Piece]], out: Path, limit: int) -> list[dict]:

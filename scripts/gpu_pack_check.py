@@ -27,9 +27,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from gpu_pack_base import MANIFEST, REPO, PackError, closure, sha256
 from packaging.utils import canonicalize_name
-
-from gpu_pack import MANIFEST, REPO, PackError, closure, sha256
 
 # top-level module of a machine distribution whose name does not say it (for the project probe's report)
 MODULE_OF = {"py-cpuinfo": "cpuinfo", "pyyaml": "yaml", "pillow": "PIL", "python-dateutil": "dateutil"}
