@@ -1,0 +1,177 @@
+"""The five-seed record: one command per table, each run on one commit, resumable across sessions. Writes JSON.
+
+    .venv/bin/python benchmarks/record.py headline-arithmetic [--seeds 5] [--cores 2] [--dry-run]
+    .venv/bin/python benchmarks/record.py headline-code
+    .venv/bin/python benchmarks/record.py flaws
+    .venv/bin/python benchmarks/record.py flaws --collect-only     # the JSON from what has finished so far
+
+Each table is one Snakemake target with its configuration fixed here (``TABLES``: the arms, the seeds, the
+selection rule in force), run in a git worktree of the commit the table was started on
+(``.record/<table>-<commit>``, made on the first call; later calls go on in it whatever HEAD is, and say so), so
+that every seed of a table ran on one commit. Snakemake resumes: run the same command again after an interrupt or
+in the next session, and it trains only what is missing. After each call it writes
+``docs/measured/record-<table>.json``: the table's own JSON as the workflow wrote it (per-seed values, intervals,
+verdicts; absent until every seed has finished), the commit, the command, each call's wall time and machine, and
+the job-seconds per run folder and arm from the jobs' Snakemake benchmark files. docs/measured/record.md reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from arm_job_seconds import arm_of, read  # noqa: E402
+
+WORKTREES = ".record"  # under the repository, ignored by git: each table's worktree and its results
+
+
+@dataclass(frozen=True)
+class Table:
+    target: str
+    run: str  # the Snakemake run name (results/<run>...)
+    result: str  # the table's JSON under the worktree's results/, as the workflow writes it
+    config: tuple[str, ...]  # --config entries; {seeds} is the table's seeds
+
+
+SELECTION = ("search__selection=two_look",)  # the rule in force for the record (docs/schedule.md)
+TABLES = {
+    "headline-arithmetic": Table(
+        "headline", "record-arith", "record-arith-headline/headline.json",
+        ("experiment=pilot", "search__headline_seeds={seeds}", "search__baseline_matched=false",
+         "search__headline_arms=[evolved,fixed,fixed_search,tpe,tune_then_train]", *SELECTION)),
+    "headline-code": Table(
+        "headline", "record-code", "record-code-headline/headline.json",
+        ("experiment=pilot_code", "search__headline_seeds={seeds}", "search__baseline_matched=false",
+         "search__headline_arms=[evolved,fixed,fixed_search,tpe,tune_then_train]", *SELECTION)),
+    "flaws": Table(
+        "flaws", "record-flaws", "record-flaws/flaws.json",
+        ("flaws_dir=flaws", "flaws__seeds={seeds}",
+         "flaws__only=[arith_lr_far_off,arith_reward_period,arith_curriculum_starves,arith_reward_two_ways,"
+         "math_unreadable_answers_pass,code_errors_count_as_passes]", *SELECTION)),
+}
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def worktree(name: str, repo: Path = REPO) -> tuple[Path, str, bool]:
+    """The table's worktree, its commit, and whether this call made it (at HEAD). An existing one is kept at its
+    commit: a table's seeds all run on one commit."""
+    root = repo / WORKTREES
+    found = sorted(root.glob(f"{name}-*")) if root.is_dir() else []
+    if found:
+        path = found[-1]
+        return path, git("rev-parse", "--short", "HEAD", cwd=path), False
+    commit = git("rev-parse", "--short", "HEAD", cwd=repo)
+    path = root / f"{name}-{commit}"
+    root.mkdir(exist_ok=True)
+    git("worktree", "add", "--detach", str(path), commit, cwd=repo)
+    return path, commit, True
+
+
+def snakemake_command(table: Table, seeds: int, cores: int) -> list[str]:
+    config = [entry.format(seeds=seeds) for entry in table.config]
+    return [sys.executable, "-m", "snakemake", table.target, "--cores", str(cores), "--keep-going",
+            "--rerun-incomplete", "--config", f"run={table.run}", *config]
+
+
+def job_seconds(results: Path, run: str) -> dict:
+    """Job-seconds (wall and CPU) per run folder and arm, from every job's Snakemake benchmark file under the
+    folders of ``run`` (``<run>-seed<s>[-<arm>]``, a flaw's ``<run>-<flaw>-...``)."""
+    pattern = re.compile(rf"^{re.escape(run)}-(?:.*-)?seed(\d+)(?:-(\w+))?$")
+    per: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for folder in sorted(results.iterdir()) if results.is_dir() else []:
+        found = pattern.match(folder.name)
+        if not found or not (folder / "benchmarks").is_dir():
+            continue
+        for tsv in sorted((folder / "benchmarks").rglob("*.tsv")):
+            arm = arm_of(tsv.stem, found.group(2))
+            wall, cpu = read(tsv)
+            slot = per[folder.name].setdefault(arm, {"job_s": 0.0, "cpu_s": 0.0, "jobs": 0})
+            slot["job_s"] += wall
+            slot["cpu_s"] += cpu
+            slot["jobs"] += 1
+    rounded = {folder: {arm: {k: round(v, 1) for k, v in values.items()} for arm, values in sorted(arms.items())}
+               for folder, arms in per.items()}
+    total = sum(v["job_s"] for arms in per.values() for v in arms.values())
+    return {"per_run_and_arm": rounded, "total": round(total, 1)}
+
+
+def machine() -> dict:
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("model name")), "")
+    return {"host": platform.node(), "cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version()}
+
+
+def write_record(out: Path, record: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".json.partial")
+    partial.write_text(json.dumps(record, indent=2) + "\n")
+    partial.replace(out)
+
+
+def collect(name: str, table: Table, tree: Path, commit: str, seeds: int, calls: list[dict], out: Path) -> dict:
+    """The table's record from what its worktree holds now."""
+    result_path = tree / "results" / table.result
+    result = json.loads(result_path.read_text()) if result_path.is_file() else None
+    return {"table": name, "commit": commit, "seeds": seeds,
+            "command": f"benchmarks/record.py {name} --seeds {seeds}",
+            "snakemake": " ".join(snakemake_command(table, seeds, 2)[2:]),
+            "worktree": str(tree.relative_to(REPO)) if tree.is_relative_to(REPO) else str(tree),
+            "finished": result is not None, "calls": calls,
+            "job_seconds": job_seconds(tree / "results", table.run), "result": result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--out", default=None, help="the record's JSON (default docs/measured/record-<table>.json)")
+    parser.add_argument("--dry-run", action="store_true", help="print the worktree and the command; run nothing")
+    parser.add_argument("--collect-only", action="store_true", help="write the JSON from what has finished")
+    args = parser.parse_args(argv)
+    table = TABLES[args.table]
+    out = Path(args.out) if args.out else REPO / "docs" / "measured" / f"record-{args.table}.json"
+    if args.dry_run:
+        print(json.dumps({"table": args.table, "head": git("rev-parse", "--short", "HEAD"),
+                          "snakemake": " ".join(snakemake_command(table, args.seeds, args.cores)[2:])}, indent=2))
+        return 0
+    tree, commit, made = worktree(args.table)
+    head = git("rev-parse", "--short", "HEAD")
+    print(f"record: {args.table} runs on {commit} in {tree}" + ("" if made or commit == head else
+          f" (started there; HEAD is {head}: the table's seeds all run on {commit})"), file=sys.stderr)
+    previous = json.loads(out.read_text()) if out.is_file() else {}
+    calls = list(previous.get("calls", [])) if previous.get("commit") == commit else []
+    rc = 0
+    if not args.collect_only:
+        start = time.time()
+        env = os.environ | {"PYTHONPATH": str(tree / "src")}
+        rc = subprocess.run(snakemake_command(table, args.seeds, args.cores), cwd=tree, env=env).returncode
+        calls.append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+                      "wall_s": round(time.time() - start, 1), "returncode": rc, "machine": machine()})
+    record = collect(args.table, table, tree, commit, args.seeds, calls, out)
+    write_record(out, record)
+    print(json.dumps({k: record[k] for k in ("table", "commit", "finished")} | {"job_s": record["job_seconds"]["total"],
+                                                                              "json": str(out)}, indent=2))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""benchmarks/record.py, the five-seed record's command per table: every table's configuration composes (a key
+the schema does not know, a flaw folder that does not exist, or an arm two_look refuses fails here, not three hours
+into a run), a table keeps the commit it was started on, and the job-seconds it reports add up its runs' benchmark
+files by run and arm."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from snakemake.cli import parse_config
+
+from evotrainer.config import compose, overrides_from_snakemake
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("record", REPO / "benchmarks" / "record.py")
+record = sys.modules.setdefault("record", importlib.util.module_from_spec(SPEC))
+SPEC.loader.exec_module(record)
+
+
+@pytest.mark.parametrize("name", sorted(record.TABLES))
+def test_every_tables_configuration_composes_with_its_seeds(name):
+    table = record.TABLES[name]
+    entries = record.snakemake_command(table, seeds=5, cores=2)
+    config = parse_config(entries[entries.index("--config") + 1:])
+    cfg = compose(overrides_from_snakemake(config))
+    assert cfg.run == table.run
+    assert cfg.search.selection == "two_look"
+    if table.target == "headline":
+        assert cfg.search.headline_seeds == 5
+        assert {"evolved", "fixed_search", "tpe", "tune_then_train"} <= set(cfg.search.headline_arms)
+    else:
+        assert cfg.flaws.seeds == 5
+        missing = [flaw for flaw in cfg.flaws.only if not (REPO / cfg.flaws.dir / flaw / "flaw.yaml").is_file()]
+        assert not missing, f"flaws the record names but flaws/ lacks: {missing}"
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_a_table_stays_on_the_commit_it_was_started_on(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    _git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "one", cwd=repo)
+    tree, first, made = record.worktree("flaws", repo)
+    assert made and tree.name == f"flaws-{first}" and (tree / ".git").exists()
+    _git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "two", cwd=repo)
+    again, commit, made = record.worktree("flaws", repo)
+    assert (again, commit, made) == (tree, first, False)
+    assert record.git("rev-parse", "--short", "HEAD", cwd=repo) != first
+
+
+def _tsv(path: Path, seconds: float, cpu: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:01\t10\t{cpu}\n")
+
+
+def test_job_seconds_add_up_by_run_folder_and_arm(tmp_path):
+    results = tmp_path / "results"
+    _tsv(results / "record-arith-seed0" / "benchmarks" / "gen0" / "backtest.tsv", 100.0, 80.0)
+    _tsv(results / "record-arith-seed0" / "benchmarks" / "baseline_search.tsv", 40.0, 30.0)
+    _tsv(results / "record-arith-seed0" / "benchmarks" / "data.tsv", 5.0, 4.0)
+    _tsv(results / "record-arith-seed1-tpe" / "benchmarks" / "gen0" / "backtest.tsv", 60.0, 50.0)
+    _tsv(results / "other-seed0" / "benchmarks" / "backtest.tsv", 999.0, 999.0)  # another run: not counted
+    found = record.job_seconds(results, "record-arith")
+    assert found["per_run_and_arm"]["record-arith-seed0"] == {
+        "baseline_search": {"job_s": 40.0, "cpu_s": 30.0, "jobs": 1},
+        "evolved": {"job_s": 100.0, "cpu_s": 80.0, "jobs": 1},
+        "shared": {"job_s": 5.0, "cpu_s": 4.0, "jobs": 1}}
+    assert found["per_run_and_arm"]["record-arith-seed1-tpe"] == {"tpe": {"job_s": 60.0, "cpu_s": 50.0, "jobs": 1}}
+    assert found["total"] == 205.0
