@@ -110,6 +110,17 @@ def job_seconds(results: Path, run: str) -> dict:
     return {"per_run_and_arm": rounded, "total": round(total, 1)}
 
 
+def test_accuracies(results: Path, run: str) -> dict:
+    """Every finished arm's test accuracy per run folder (``eval/<arm>/test_metrics.json``), so that a table's
+    seeds are on record as they finish, before the table's own JSON exists."""
+    found: dict[str, dict[str, float]] = defaultdict(dict)
+    for metrics in sorted(results.glob(f"{run}-*/eval/*/test_metrics.json")) if results.is_dir() else []:
+        value = json.loads(metrics.read_text()).get("test_accuracy")
+        if value is not None:
+            found[metrics.parents[2].name][metrics.parent.name] = round(float(value), 4)
+    return dict(found)
+
+
 def machine() -> dict:
     model = ""
     cpuinfo = Path("/proc/cpuinfo")
@@ -135,7 +146,8 @@ def collect(name: str, table: Table, tree: Path, commit: str, seeds: int, calls:
             "snakemake": " ".join(snakemake_command(table, seeds, 2)[2:]),
             "worktree": str(tree.relative_to(REPO)) if tree.is_relative_to(REPO) else str(tree),
             "finished": result is not None, "calls": calls,
-            "job_seconds": job_seconds(tree / "results", table.run), "result": result}
+            "job_seconds": job_seconds(tree / "results", table.run),
+            "test_accuracy_so_far": test_accuracies(tree / "results", table.run), "result": result}
 
 
 def main(argv: list[str] | None = None) -> int:

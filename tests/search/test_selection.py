@@ -108,6 +108,25 @@ def test_two_look_confirms_the_best_candidate_not_behind_or_keeps_the_control():
         decide(behind, rule="two_look", confirmation=interval(0.01, 0.02))
 
 
+def test_two_looks_screen_names_a_candidate_that_earned_its_look_on_evidence_first():
+    """The screen's finalist is the candidate the trusted evidence backs (it targets a critical finding and replay
+    shows it moving it) where that candidate is not behind, even if another shows more on val by noise; behind
+    beyond noise, the evidence does not save it; with no evidence, the best val as before."""
+    slots = generation(
+        c1=Slot("c1", "ok", 0.47, interval=interval(-0.01, 0.06)),  # the evidence backs it, val shows less
+        c2=Slot("c2", "ok", 0.49, interval=interval(0.005, 0.08)),  # the best val
+        c3=Slot("c3", "ok", 0.30, interval=interval(-0.15, -0.05)),  # behind beyond noise
+    )
+    assert finalist(slots) == "c2"
+    assert finalist(slots, earned=("c1",)) == "c1"
+    assert finalist(slots, earned=("c3",)) == "c2"  # behind: not confirmed on evidence alone
+    assert finalist(slots, earned=("c1", "c2")) == "c2"  # both earned: the better val
+    chosen = decide(slots, rule="two_look", earned=("c1",), confirmation=interval(0.004, 0.03))
+    assert chosen.promoted == "c1" and chosen.verdicts["c2"].failure_label == "no_gain"
+    with pytest.raises(ValueError, match="finalist is 'c1'"):  # the confirmation is of the finalist it names
+        decide(slots, rule="two_look", earned=("c1",))
+
+
 def test_a_repeated_prompts_rows_are_resampled_together():
     """A greedy policy answers a repeated prompt the same way each time: 20 prompts drawn 10 times each are 20
     observations, not 200, and the interval says so; without repeats it is the plain paired bootstrap."""

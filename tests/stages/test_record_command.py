@@ -6,6 +6,7 @@ files by run and arm."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,14 @@ def test_job_seconds_add_up_by_run_folder_and_arm(tmp_path):
         "shared": {"job_s": 5.0, "cpu_s": 4.0, "jobs": 1}}
     assert found["per_run_and_arm"]["record-arith-seed1-tpe"] == {"tpe": {"job_s": 60.0, "cpu_s": 50.0, "jobs": 1}}
     assert found["total"] == 205.0
+
+
+def test_each_finished_arms_test_accuracy_is_on_record_before_the_table_is(tmp_path):
+    results = tmp_path / "results"
+    for folder, arm, accuracy in (("record-code-seed0", "evolved", 0.41234), ("record-code-seed0", "baseline_search", 0.4),
+                                  ("record-code-seed1-tpe", "evolved", 0.38), ("record-arith-seed0", "evolved", 0.9)):
+        path = results / folder / "eval" / arm / "test_metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"test_accuracy": accuracy}))
+    assert record.test_accuracies(results, "record-code") == {
+        "record-code-seed0": {"baseline_search": 0.4, "evolved": 0.4123}, "record-code-seed1-tpe": {"evolved": 0.38}}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evotrainer.layout import RunLayout
-from evotrainer.stages.second_rung import earned_looks
+from evotrainer.stages.evidence_looks import earned_looks
 
 pytestmark = pytest.mark.fast
 

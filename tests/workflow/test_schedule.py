@@ -193,6 +193,7 @@ def test_a_final_share_and_a_confirmation_reach_the_last_continuation_through_th
             assert chosen["promoted"] == "control" and "confirmation" not in charge
             continue
         confirmed += 1
+        assert look["finalist_named_on"] in ("val", "evidence")  # evidence: it earned its look (stages/evidence_looks)
         backtests = run / f"gen{g}" / "backtest"
         answers = [pd.read_parquet(backtests / cid / "confirm_rollouts.parquet") for cid in ("control", look["finalist"])]
         assert [len(a) for a in answers] == [look["prompts"]] * 2 and look["charge"]["charged"] == 2 * look["prompts"]

@@ -89,15 +89,17 @@ def interval_confidence(rule: str, confidence: float, compared: int) -> float:
 
 
 def decide(slots: Sequence[Slot], *, rule: str = "bootstrap", min_gain: float = 0.0,
-           confidence: float = 0.95, confirmation: Mapping | None = None) -> Decision:
+           confidence: float = 0.95, confirmation: Mapping | None = None, earned: Sequence[str] = ()) -> Decision:
     """The generation's decision. ``slots``: every slot in the order select lists them (sorted candidate ids),
     the control among them; ties in val accuracy go to the earlier slot. The control must have trained (select
     refuses a generation whose control failed before it gets here). ``two_look``: ``confirmation`` is the
-    finalist's gain interval on the fresh prompts (None where the screen named no finalist)."""
+    finalist's gain interval on the fresh prompts (None where the screen named no finalist); ``earned``: the
+    candidates that earned a look on evidence, which the screen names first (``finalist``)."""
     if rule not in RULES:
         raise ValueError(f"search.selection={rule!r}: choose one of {RULES}")
     if rule == "two_look":
-        return _decide_two_look(slots, min_gain=min_gain, confidence=confidence, confirmation=confirmation)
+        return _decide_two_look(slots, min_gain=min_gain, confidence=confidence, confirmation=confirmation,
+                                earned=earned)
     by_id = {slot.candidate_id: slot for slot in slots}
     control = by_id.get(CONTROL)
     if control is None or control.status != "ok" or control.val_accuracy is None:
@@ -138,8 +140,8 @@ def _verdicts(slots: Sequence[Slot], promoted: str, unconfirmed: str | None = No
 
 
 def _decide_two_look(slots: Sequence[Slot], *, min_gain: float, confidence: float,
-                     confirmation: Mapping | None) -> Decision:
-    chosen = finalist(slots, min_gain=min_gain)
+                     confirmation: Mapping | None, earned: Sequence[str]) -> Decision:
+    chosen = finalist(slots, min_gain=min_gain, earned=earned)
     if (chosen is None) != (confirmation is None):
         raise ValueError(f"search.selection=two_look: the screen's finalist is {chosen!r} but the confirmation is "
                          f"{'missing' if confirmation is None else 'there'}")
@@ -158,11 +160,16 @@ def _not_behind(slots: Sequence[Slot], min_gain: float) -> list[Slot]:
             and s.val_accuracy is not None and s.interval is not None and float(s.interval["ci_high"]) > min_gain]
 
 
-def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0) -> str | None:
-    """The two-look design's screen (``search.selection=two_look``): the valid candidate with the best val
-    accuracy among those not behind the control beyond noise; None where every candidate is behind."""
+def finalist(slots: Sequence[Slot], *, min_gain: float = 0.0, earned: Sequence[str] = ()) -> str | None:
+    """The two-look design's screen (``search.selection=two_look``): among the valid candidates not behind the
+    control beyond noise, those that ``earned`` a look on evidence (``earned_look``) first, then the best val
+    accuracy (ties to the earlier slot); None where every candidate is behind. The same order as the second rung's
+    cut (``survivors``). Which candidate the screen names cannot raise the false promotions: the confirmation
+    tests one finalist on prompts the screen never saw."""
     order = [s.candidate_id for s in slots]
-    best = max(_not_behind(slots, min_gain), key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
+    alive = _not_behind(slots, min_gain)
+    proven = [s for s in alive if s.candidate_id in set(earned)]
+    best = max(proven or alive, key=lambda s: (s.val_accuracy, -order.index(s.candidate_id)), default=None)
     return None if best is None else best.candidate_id
 
 

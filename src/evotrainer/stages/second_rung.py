@@ -25,6 +25,7 @@ from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import schedule, selection
 from evotrainer.stages import backtest, evaluation_charge, select
 from evotrainer.stages.common import config
+from evotrainer.stages.evidence_looks import earned_looks
 
 
 def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, data_dir: str,
@@ -83,38 +84,6 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness: str, 
     ok = record["runs"][CONTROL]["status"] == "ok"
     write_json(out, record | {"trained": ok, "reason": f"{len(runnable)} slots trained a second rung" if ok else
                               "the control's second rung failed: the slots are judged on their first rungs"})
-
-
-def earned_looks(candidates_dir: Path, cids: list[str]) -> dict[str, dict]:
-    """The candidates among ``cids`` (valid, whatever their first rung showed) that earn a second rung on
-    evidence (``selection.earned_look``): from the generation's diagnosis (its critical trusted findings), each
-    candidate's proposal (its targeted findings) and replay (the findings re-measured)."""
-    from evotrainer.layout import RunLayout
-    from evotrainer.scoring.trusted_findings import LAYER, THRESHOLDS
-
-    if not cids:
-        return {}
-    try:
-        where = RunLayout.parse(candidates_dir.resolve())
-        gen = where.layout.gen(int(where.generation))
-        diagnosis = read_json(gen.diagnosis)
-    except (OSError, ValueError, TypeError):  # candidates outside a run's layout: no diagnosis to read
-        return {}
-    critical = {f["name"]: f["value"] for f in diagnosis.get("findings", [])
-                if f.get("layer") == LAYER and f.get("severity") == "critical" and f.get("value") is not None}
-    earned = {}
-    for cid in cids:
-        try:
-            targeted = read_json(candidates_dir / cid / "proposal.json").get("targeted_findings") or []
-            remeasured = read_json(gen.replay(cid)).get("trusted_findings") or {}
-        except (OSError, ValueError):
-            continue
-        look = selection.earned_look(targeted, critical, remeasured, {k: v[1] for k, v in THRESHOLDS.items()})
-        if look is not None:
-            earned[cid] = look
-            print(f"second_rung: {cid} earns a second rung on evidence: {look['finding']} "
-                  f"{look['before']:.3f} -> {look['after']:.3f} at replay")
-    return earned
 
 
 def _finished(rung: TrainingRunLayout) -> bool:

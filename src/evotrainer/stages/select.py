@@ -35,6 +35,7 @@ from evotrainer.stages.common import (
     second_rung_of,
     task_of,
 )
+from evotrainer.stages.evidence_looks import earned_looks
 
 CONFIRM = "confirm"  # search.selection=two_look: the confirmation prompts' split (data/confirm.parquet)
 RETENTION_RECORD = "retention.json"  # beside the generation's selection.json
@@ -87,15 +88,17 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
         metrics, judged, judged_at, intervals, slots = second_rung_facts(
             cfg, Path(backtest_dir), cids, metrics, vetoes, second, (judged_at, intervals, slots))
         control_acc = metrics[CONTROL]["val_accuracy"]
-    confirmation = None
+    confirmation, earned = None, ()
     if cfg.search.selection == "two_look":
-        finalist = selection.finalist(slots, min_gain=cfg.search.min_gain)
+        earned = screened_on_evidence(Path(candidates_dir), cids, second)
+        finalist = selection.finalist(slots, min_gain=cfg.search.min_gain, earned=earned)
         if finalist is not None:
             if not confirm_split:
                 raise RuntimeError("search.selection=two_look: select needs the confirmation prompts (--confirm)")
             confirmation = confirm(cfg, judged, finalist, confirm_split, generation, threads)
+            confirmation["finalist_named_on"] = "evidence" if finalist in earned else "val"
     decision = selection.decide(slots, rule=cfg.search.selection, min_gain=cfg.search.min_gain,
-                                confidence=judged_at,
+                                confidence=judged_at, earned=earned,
                                 confirmation=None if confirmation is None else confirmation["interval"])
     promoted = decision.promoted
 
@@ -239,6 +242,15 @@ def _row(cfg, generation: int, cid: str, m: dict, p: dict, candidates_dir: Path,
         "gain_ci_low": intervals[cid]["ci_low"] if cid in intervals else None,
         "rung": 0 if rungs_on(cfg) else None,
     }
+
+
+def screened_on_evidence(candidates_dir: Path, cids: list[str], second: dict | None) -> tuple[str, ...]:
+    """two_look: the candidates that earned a look on evidence, which the screen names first (``finalist``): the
+    second rung's record where its stage ran (its cut read the same evidence), else read now."""
+    if second and "earned" in second:
+        return tuple(second["earned"])
+    return tuple(earned_looks(candidates_dir, [cid for cid in cids if cid != CONTROL], stage="select",
+                              earns="the confirmation"))
 
 
 def confirm(cfg, judged: dict[str, Path], finalist: str, confirm_split: str, generation: int, threads: int = 1) -> dict:
