@@ -23,6 +23,9 @@ The rules:
 For each rule and gain it prints the share of generations that promoted the candidate with the gain (for gain 0:
 any candidate, the per-generation false promotion rate), and the val answers the rule samples a generation.
 ``--train-sd``: the spread of a rung's true gain between training runs (0: none; the interval does not see it).
+``--evidence`` p, ``--evidence-false`` q (two_look): each generation, the candidate with the gain earned its look on
+evidence with probability p and each other candidate with probability q, and the screen names an earned candidate
+not behind first (``finalist(earned=)``; the trusted findings and replay that earn it are not simulated).
 """
 
 from __future__ import annotations
@@ -93,7 +96,9 @@ def generation(rng, args, rule: str, gain: float, confirm_prompts: int = 0) -> s
     if rule in ("bootstrap", "corrected"):
         level = interval_confidence(rule, 0.95, k)
         return decide(slots(control, candidates, level), rule=rule, min_gain=args.min_gain, confidence=level).promoted
-    chosen = finalist(slots(control, candidates, 0.95), min_gain=args.min_gain)
+    earned = tuple(f"c{j + 1}" for j in range(k)
+                   if rng.random() < (args.evidence if j == 0 else args.evidence_false))
+    chosen = finalist(slots(control, candidates, 0.95), min_gain=args.min_gain, earned=earned)
     if chosen is None:
         return "control"
     j = int(chosen[1:]) - 1
@@ -124,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=3)
     parser.add_argument("--train-sd", type=float, default=0.0)
     parser.add_argument("--min-gain", type=float, default=0.0)
+    parser.add_argument("--evidence", type=float, default=0.0,
+                        help="two_look: the chance that c1 (the candidate with the gain) earned its look on evidence")
+    parser.add_argument("--evidence-false", type=float, default=0.0,
+                        help="two_look: the chance that each other candidate earned one")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default=None, help="write the power curves here (PNG)")
     args = parser.parse_args(argv)
@@ -143,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
               "prompts": args.prompts, "accuracy": args.accuracy, "half_width": args.half_width,
               "noise_from": "docs/measured/flaws-floors.md (95% half-widths 0.026-0.030 on 1,000-prompt first rungs)",
               "candidates": args.candidates, "train_sd": args.train_sd, "min_gain": args.min_gain,
+              "evidence": args.evidence, "evidence_false": args.evidence_false,
               "trials": args.trials, "seed": args.seed, "rules": results}
     if args.plot:
         plot(record, args.plot)

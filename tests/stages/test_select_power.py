@@ -30,6 +30,11 @@ def test_the_simulated_answers_are_as_noisy_as_the_recorded_intervals():
 
 class Args:
     prompts, accuracy, half_width, train_sd, min_gain, candidates = 1000, 0.45, 0.028, 0.0, 0.0, 3
+    evidence, evidence_false = 0.0, 0.0
+
+
+class Backed(Args):
+    evidence = 1.0  # the candidate with the gain always earned its look on evidence
 
 
 @pytest.mark.parametrize("rule", ["bootstrap", "corrected", "two_look"])
@@ -46,3 +51,13 @@ def test_a_candidates_answers_are_paired_with_the_shared_controls_as_recorded():
         control, candidates = select_power.look(rng, n, 0.45, [0.0, 0.0, 0.0], 0.028)
         widths = [(i["ci_high"] - i["ci_low"]) / 2 for i in (gain_interval(x, control, 0.95) for x in candidates)]
         assert np.mean(widths) == pytest.approx(expected, rel=0.15)
+
+
+def test_evidence_names_the_candidate_it_backs_and_the_confirmation_still_bounds_false_promotions():
+    """No candidate is better and c1 always earned its look on evidence: the screen names c1 (it is not behind), so
+    a false promotion can only be c1's, and the confirmation keeps them near its one-sided 5%; with a large gain
+    behind the evidence, c1 is promoted every time."""
+    rng = np.random.default_rng(3)
+    promoted = [select_power.generation(rng, Backed, "two_look", 0.0, 4000) for _ in range(40)]
+    assert set(promoted) <= {"control", "c1"} and promoted.count("c1") <= 6
+    assert all(select_power.generation(rng, Backed, "two_look", 0.10, 4000) == "c1" for _ in range(5))
