@@ -53,11 +53,15 @@ def test_a_candidates_answers_are_paired_with_the_shared_controls_as_recorded():
         assert np.mean(widths) == pytest.approx(expected, rel=0.15)
 
 
-def test_evidence_names_the_candidate_it_backs_and_the_confirmation_still_bounds_false_promotions():
+def test_evidence_names_the_candidate_it_backs_and_the_confirmation_still_bounds_false_promotions(monkeypatch):
     """No candidate is better and c1 always earned its look on evidence: the screen names c1 (it is not behind), so
     a false promotion can only be c1's, and the confirmation keeps them near its one-sided 5%; with a large gain
     behind the evidence, c1 is promoted every time."""
     rng = np.random.default_rng(3)
-    promoted = [select_power.generation(rng, Backed, "two_look", 0.0, 4000) for _ in range(40)]
-    assert set(promoted) <= {"control", "c1"} and promoted.count("c1") <= 6
-    assert all(select_power.generation(rng, Backed, "two_look", 0.10, 4000) == "c1" for _ in range(5))
+    seen, real = [], select_power.finalist
+    monkeypatch.setattr(select_power, "finalist", lambda *a, **k: seen.append(k["earned"]) or real(*a, **k))
+    promoted = [select_power.generation(rng, Backed, "two_look", 0.0, 1000) for _ in range(12)]
+    select_power.generation(rng, Args, "two_look", 0.0, 1000)
+    assert seen == [("c1",)] * 12 + [()]  # the evidence reaches the screen as select passes it
+    assert set(promoted) <= {"control", "c1"} and promoted.count("c1") <= 3
+    assert all(select_power.generation(rng, Backed, "two_look", 0.10, 1000) == "c1" for _ in range(2))
