@@ -31,7 +31,9 @@ def test_every_tables_configuration_composes_with_its_seeds(name):
     config = parse_config(entries[entries.index("--config") + 1:])
     cfg = compose(overrides_from_snakemake(config))
     assert cfg.run == table.run
-    assert cfg.search.selection == "two_look"
+    assert cfg.search.selection == ("bootstrap" if name == "headline-code" else "two_look")
+    if cfg.search.selection == "two_look":  # successive halving at the pilot's whole charge: 3 x 4 slots of 200
+        assert (cfg.search.steps_per_generation, cfg.search.first_rung, cfg.search.second_rung) == (200, 0.125, 0.5)
     if table.target == "headline":
         assert cfg.search.headline_seeds == 5
         assert {"evolved", "fixed_search", "tpe", "tune_then_train"} <= set(cfg.search.headline_arms)
