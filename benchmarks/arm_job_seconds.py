@@ -3,7 +3,9 @@ machine time a five-seed experiment of the same shape would take. Prints JSON.
 
     .venv/bin/python benchmarks/arm_job_seconds.py --run pilot [--results results] [--seeds 5] [--cores 2]
 
-Each job's wall seconds (`s`) and CPU seconds (`cpu_time`) come from its ``benchmarks/**/*.tsv``. A seed run's
+Each job's wall seconds (`s`) come from its ``benchmarks/**/*.tsv``. (Their `cpu_time` is not used: the job's work
+runs in the forkserver's child, outside the process tree Snakemake measures, so it counts only the client; JSONs
+this wrote before 2026-12-06 carry that `cpu_s`, tenths of a second a job: read none of them as CPU.) A seed run's
 jobs are split by arm: the fixed-recipe arms own their training and test jobs (``baseline*``, ``evaluate_<arm>``),
 tune_then_train its ``tune_then_train`` and ``evaluate_tune_then_train`` jobs, the population arm (an arm run) its
 ``elite`` job, and the seed's shared start (``data``, ``init``) is listed apart; the rest is the evolved loop.
@@ -36,12 +38,11 @@ def arm_of(job: str, arm_run: str | None) -> str:
     return "evolved"
 
 
-def read(path: Path) -> tuple[float, float]:
+def read(path: Path) -> float:
+    """The job's wall seconds from its Snakemake benchmark file."""
     with path.open() as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
-    wall = sum(float(r.get("s") or 0) for r in rows)
-    cpu = sum(float(r.get("cpu_time") or 0) for r in rows if r.get("cpu_time") not in (None, "", "NA"))
-    return wall, cpu
+    return sum(float(r.get("s") or 0) for r in rows)
 
 
 def main() -> None:
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     args = parser.parse_args()
     pattern = re.compile(rf"^{re.escape(args.run)}-seed(\d+)(?:-(\w+))?$")
-    per_arm: dict[str, dict[str, float]] = defaultdict(lambda: {"job_s": 0.0, "cpu_s": 0.0, "jobs": 0})
+    per_arm: dict[str, dict[str, float]] = defaultdict(lambda: {"job_s": 0.0, "jobs": 0})
     seeds = set()
     for folder in sorted(Path(args.results).iterdir()):
         found = pattern.match(folder.name)
@@ -61,9 +62,7 @@ def main() -> None:
         seeds.add(int(found.group(1)))
         for tsv in (folder / "benchmarks").rglob("*.tsv"):
             arm = arm_of(tsv.stem, found.group(2))
-            wall, cpu = read(tsv)
-            per_arm[arm]["job_s"] += wall
-            per_arm[arm]["cpu_s"] += cpu
+            per_arm[arm]["job_s"] += read(tsv)
             per_arm[arm]["jobs"] += 1
     total = sum(v["job_s"] for v in per_arm.values())
     per_seed = total / max(1, len(seeds))

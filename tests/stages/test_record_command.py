@@ -74,10 +74,10 @@ def test_job_seconds_add_up_by_run_folder_and_arm(tmp_path):
     _tsv(results / "other-seed0" / "benchmarks" / "backtest.tsv", 999.0, 999.0)  # another run: not counted
     found = record.job_seconds(results, "record-arith")
     assert found["per_run_and_arm"]["record-arith-seed0"] == {
-        "baseline_search": {"job_s": 40.0, "cpu_s": 30.0, "jobs": 1},
-        "evolved": {"job_s": 100.0, "cpu_s": 80.0, "jobs": 1},
-        "shared": {"job_s": 5.0, "cpu_s": 4.0, "jobs": 1}}
-    assert found["per_run_and_arm"]["record-arith-seed1-tpe"] == {"tpe": {"job_s": 60.0, "cpu_s": 50.0, "jobs": 1}}
+        "baseline_search": {"job_s": 40.0, "jobs": 1},
+        "evolved": {"job_s": 100.0, "jobs": 1},
+        "shared": {"job_s": 5.0, "jobs": 1}}
+    assert found["per_run_and_arm"]["record-arith-seed1-tpe"] == {"tpe": {"job_s": 60.0, "jobs": 1}}
     assert found["total"] == 205.0
 
 
