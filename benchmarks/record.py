@@ -100,9 +100,7 @@ def snakemake_command(table: Table, seeds: int, cores: int) -> list[str]:
 
 def job_seconds(results: Path, run: str) -> dict:
     """Job-seconds (wall) per run folder and arm, from every job's Snakemake benchmark file under the folders of
-    ``run`` (``<run>-seed<s>[-<arm>]``, a flaw's ``<run>-<flaw>-...``). The files' CPU seconds are left out: a job's
-    work runs in the forkserver's child, outside the process tree Snakemake measures, so they count only the
-    client (tenths of a second for a 600-second job)."""
+    ``run`` (``<run>-seed<s>[-<arm>]``, a flaw's ``<run>-<flaw>-...``); no CPU seconds (why: arm_job_seconds)."""
     pattern = re.compile(rf"^{re.escape(run)}-(?:.*-)?seed(\d+)(?:-(\w+))?$")
     per: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     for folder in sorted(results.iterdir()) if results.is_dir() else []:
