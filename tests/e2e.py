@@ -34,8 +34,16 @@ def evotrainer(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400) -> subprocess.CompletedProcess:
-    result = subprocess.run(snakemake_cmd(workdir, planted, *extra), capture_output=True, text=True, timeout=timeout)
+# the fixed-recipe arms off (equal steps, the returned policy's responses, the whole search's budget): about a
+# third of the shared run's job-seconds, for a test that reads none of them
+NO_FIXED_ARMS = ("search__baseline=false", "search__baseline_matched=false", "search__baseline_search=false")
+
+
+def run_snakemake(workdir: Path, planted: Path, *extra: str, timeout: int = 400,
+                  config: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The shared run's command (``extra``: targets and options; ``config``: more ``key=value`` after QUICK's)."""
+    result = subprocess.run([*snakemake_cmd(workdir, planted, *extra), *config], capture_output=True, text=True,
+                            timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

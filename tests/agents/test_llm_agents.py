@@ -459,7 +459,8 @@ def test_snakemake_run_with_agent_claude_completes_and_never_writes_the_key(tmp_
     with ScriptedLLM(script) as server:
         cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(tmp_path),
                "--cores", "2", "--config", "experiment=quick", "run=default", "search__generations=1", "search__headline_seeds=1",
-               "search__steps_per_generation=4", "search__baseline=false", "policy__sft__max_steps=50",
+               "search__steps_per_generation=4", "search__baseline=false", "search__baseline_matched=false",
+               "search__baseline_search=false", "policy__sft__max_steps=50",
                "agent=claude", f"agent__base_url={server.url}", "agent__max_candidates=3",
                "agent__max_invalid_replies=1"]
         env = os.environ | {"ANTHROPIC_API_KEY": KEY}

@@ -160,9 +160,9 @@ def test_cli_reports_bad_approval_commands_clearly(tmp_path):
 
 # ------------------------------------------------------------------------------------------ end to end
 
-# one generation, short backtests, no baseline: the approvals are what is tested here
+# one generation, short backtests, no fixed-recipe arm: the approvals are what is tested here
 TINY = ["experiment=quick", "run=default", "search__generations=1", "agent__max_candidates=2", "search__steps_per_generation=4",
-        "search__baseline=false", "policy__sft__max_steps=60", "task__sizes__val=100",
+        "search__baseline=false", "search__baseline_matched=false", "search__baseline_search=false", "policy__sft__max_steps=60", "task__sizes__val=100",
         "search__min_gain=0.9",  # nothing can be promoted: the automatic approval fires
         "approvals__after_diagnosis=true", "approvals__after_propose=true", "approvals__after_failed_generations=1"]
 

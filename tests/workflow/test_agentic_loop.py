@@ -23,7 +23,7 @@ REDUCED = ["experiment=swe_quick", "run=default",
            "overrides=[task.sizes.train=6,task.sizes.val=4,task.sizes.test=4,task.sizes.probe=2,"
            "policy.hidden_size=64,policy.intermediate_size=128,policy.sft.max_steps=20,policy.sft.batch_size=4]",
            "search__generations=1", "search__steps_per_generation=2", "agent__max_candidates=0",
-           "search__headline_seeds=1",
+           "search__headline_seeds=1", "search__baseline_matched=false", "search__baseline_search=false",
            # 2-step slots: every slot trains both steps (flat); the rungs schedule is tests/workflow/test_schedule.py's
            "search__schedule=flat"]
 

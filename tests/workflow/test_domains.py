@@ -16,8 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
+# the fixed recipe at equal steps only (its steps are checked); not the equal-charge arms, which train for the report
 REDUCED = ["search__generations=1", "search__steps_per_generation=3", "agent__max_candidates=1",
-           "search__headline_seeds=1"]
+           "search__headline_seeds=1", "search__baseline_matched=false", "search__baseline_search=false"]
 DOMAINS = {
     "code": ["experiment=code_quick", "run=default", "overrides=[task.sizes.train=300,task.sizes.val=24,task.sizes.test=24,"
              "task.sizes.probe=8,policy.sft.max_steps=40,policy.sft.eval_every=40,policy.sft.eval_prompts=16]"],

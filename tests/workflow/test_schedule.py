@@ -24,7 +24,7 @@ import pytest
 from evotrainer.contracts import lineage
 from evotrainer.contracts.harness import load_recipe
 from evotrainer.runtime import policy_id
-from tests.e2e import BUDGET, FIRST_RUNG, SEEDS, run_snakemake, snakemake_cmd
+from tests.e2e import BUDGET, FIRST_RUNG, NO_FIXED_ARMS, SEEDS, run_snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.e2e
 
@@ -122,9 +122,10 @@ def _run_until(cmd: list[str], log: Path, reached, signum: int, what: str) -> No
 def test_a_run_interrupted_twice_resumes_without_redoing_finished_jobs_to_the_same_lineage(tmp_path, planted,
                                                                                            request):
     """The shared run is asked for at the end, when it is compared: under xdist this test then runs beside the
-    worker that builds it instead of waiting for it (tests/conftest.py)."""
+    worker that builds it instead of waiting for it (tests/conftest.py). The fixed-recipe arms are off: the loop's
+    lineage and summary are what is compared, and the arms train beside it from the start."""
     run = tmp_path / "results" / "default"
-    cmd = snakemake_cmd(tmp_path, planted)
+    cmd = [*snakemake_cmd(tmp_path, planted), *NO_FIXED_ARMS]
     # 1. Ctrl-C once generation 0 has selected
     _run_until(cmd, tmp_path / "first.log", (run / "gen0" / "selection.json").exists, signal.SIGINT,
                "generation 0's selection")
@@ -137,8 +138,8 @@ def test_a_run_interrupted_twice_resumes_without_redoing_finished_jobs_to_the_sa
                signal.SIGKILL, "a rung of generation 1")
     assert not (run / "gen1" / "lineage_continue.parquet").exists()
     # 3. a SIGKILLed snakemake cannot release its lock: --unlock, then the same command (profile: rerun-incomplete)
-    run_snakemake(tmp_path, planted, "--unlock")
-    result = run_snakemake(tmp_path, planted, timeout=1800)
+    run_snakemake(tmp_path, planted, "--unlock", config=NO_FIXED_ARMS)
+    result = run_snakemake(tmp_path, planted, timeout=1800, config=NO_FIXED_ARMS)
     for log in ((tmp_path / "second.log").read_text(), result.stdout + result.stderr):
         assert "rule init:" not in log and "rule data:" not in log
     for path, mtime in finished_before.items():
