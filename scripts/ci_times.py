@@ -7,6 +7,10 @@
 ``--stat``: the machine's CPU counters (the ``cpu`` line of /proc/stat) before and after the run; the record
 then holds the core-seconds the machine spent busy and idle meanwhile (every process on it, CI's or not).
 
+Each tier's slowest tests, where its pytest printed them (``--durations=N``: `.ci/run` asks for 15 in every tier),
+go into that tier's record as ``slowest``: ``[{"seconds", "phase", "test"}, ...]`` (a phase is pytest's setup, call
+or teardown; under load a setup includes the wait for a session fixture another worker builds).
+
 ``--unfinished``: a run that stopped before its ``ci:`` line (a tier failed, as a CI log shows it) is recorded
 with ``total_wall_s: null`` and ``finished: false`` instead of refused.
 
@@ -26,16 +30,33 @@ STEP = re.compile(r"^(?:\[[^\]]+\] )?step (?P<name>[\w ]+?): (?P<wall>\d+) s")
 TIER = re.compile(r"^(?:\[[^\]]+\] )?tier (?P<name>\w+): (?P<wall>\d+) s wall, (?P<cpu>\d+) s CPU "
                   r"\(user (?P<user>\d+), sys (?P<sys>\d+)\)(?: \(budget [^)]*\))? \(exit (?P<exit>-?\d+)\)")
 TOTAL = re.compile(r"^ci: (?P<wall>\d+) s in all")
+PREFIX = re.compile(r"^(?:\[(?P<tier>[^\]]+)\] )?(?P<rest>.*)$")  # the tier's name that step 5 puts before its lines
+SLOWEST = re.compile(r"^=+ slowest (?:\d+ )?durations =+$")
+DURATION = re.compile(r"^(?P<seconds>\d+(?:\.\d+)?)s (?P<phase>setup|call|teardown)\s+(?P<test>\S.*)$")
 
 
 def parse(text: str) -> dict:
     steps, tiers, total = {}, {}, None
+    slowest: dict[str | None, list[dict]] = {}  # by the lines' prefix; a tier's line takes its prefix's list
+    reading: set[str | None] = set()  # the prefixes whose durations block is open (the side-by-side tiers interleave)
     for line in text.splitlines():
+        prefix, body = (m := PREFIX.match(line))["tier"], m["rest"]
+        if SLOWEST.match(body):
+            reading.add(prefix)
+            slowest[prefix] = []
+            continue
+        if prefix in reading:
+            if d := DURATION.match(body):
+                slowest[prefix].append({"seconds": float(d["seconds"]), "phase": d["phase"], "test": d["test"]})
+                continue
+            reading.discard(prefix)  # the block ends at its first other line of that tier
         if m := STEP.match(line):
             steps[m["name"]] = {"wall_s": int(m["wall"])}
         elif m := TIER.match(line):
             tiers[m["name"]] = {"wall_s": int(m["wall"]), "cpu_s": int(m["cpu"]), "user_s": int(m["user"]),
                                 "sys_s": int(m["sys"]), "exit": int(m["exit"])}
+            if prefix in slowest:
+                tiers[m["name"]]["slowest"] = slowest.pop(prefix)
         elif m := TOTAL.match(line):
             total = int(m["wall"])
     return {"steps": steps, "tiers": tiers, "total_wall_s": total}

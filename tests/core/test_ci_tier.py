@@ -85,3 +85,36 @@ def test_a_run_that_stopped_early_is_refused_unless_recorded_as_unfinished(tmp_p
     record = json.loads(done.stdout)
     assert record["finished"] is False and record["total_wall_s"] is None
     assert record["tiers"]["fast"]["cpu_s"] == 269
+
+
+def test_each_tiers_slowest_tests_join_its_record_even_where_the_side_by_side_tiers_interleave(tmp_path):
+    log = tmp_path / "ci.log"
+    log.write_text(
+        "step install: 100 s\n"
+        "============================= slowest 15 durations ==============================\n"
+        "3.10s call     tests/core/test_a.py::test_one\n"
+        "0.50s setup    tests/core/test_a.py::test_two\n"
+        "=========================== 2 passed in 4.00s ===========================\n"
+        "tier fast: 111 s wall, 185 s CPU (user 156, sys 29) (budget 200 s) (exit 0)\n"
+        "[rest] ============================= slowest 15 durations =============================\n"
+        "[e2e] ============================= slowest 15 durations =============================\n"
+        "[rest] 185.01s call     tests/backends/test_cluster_resolve.py::test_resolves\n"
+        "[e2e] 558.18s call     tests/workflow/test_workflow.py::test_smoke[a b]\n"
+        "[rest] 135.87s setup    tests/search/test_d.py::test_archived\n"
+        "[rest] =========== 2 passed in 2217.56s (0:36:57) ===========\n"
+        "[e2e] 458.23s teardown tests/workflow/test_hostile.py::test_finishes\n"
+        "[e2e] ======== 2 passed in 2244.14s ========\n"
+        "[rest] tier rest: 2218 s wall, 650 s CPU (user 541, sys 108) (exit 0)\n"
+        "[e2e] tier e2e: 2245 s wall, 604 s CPU (user 518, sys 86) (exit 0)\n"
+        "ci: 2460 s in all (rest exit 0, e2e exit 0)\n")
+    done = subprocess.run([sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"],
+                          capture_output=True, text=True)
+    import json
+
+    tiers = json.loads(done.stdout)["tiers"]
+    assert tiers["fast"]["slowest"] == [{"seconds": 3.1, "phase": "call", "test": "tests/core/test_a.py::test_one"},
+                                        {"seconds": 0.5, "phase": "setup", "test": "tests/core/test_a.py::test_two"}]
+    assert [(d["seconds"], d["phase"]) for d in tiers["rest"]["slowest"]] == [(185.01, "call"), (135.87, "setup")]
+    assert tiers["e2e"]["slowest"][0]["test"] == "tests/workflow/test_workflow.py::test_smoke[a b]"
+    assert [d["phase"] for d in tiers["e2e"]["slowest"]] == ["call", "teardown"]
+    assert tiers["e2e"]["wall_s"] == 2245 and tiers["rest"]["exit"] == 0
