@@ -52,6 +52,11 @@ def test_without_a_command_it_refuses():
     assert done.returncode == 2 and "no command to run" in done.stderr
 
 
+def ci_times(log, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc", *extra],
+                          capture_output=True, text=True)
+
+
 def test_the_times_of_a_ci_log_are_read_into_json(tmp_path):
     log = tmp_path / "ci.log"
     log.write_text("WARNING: noise\nstep install: 100 s\nstep linters: 1 s\nstep duplicate code: 1 s\n"
@@ -59,8 +64,7 @@ def test_the_times_of_a_ci_log_are_read_into_json(tmp_path):
                    "[rest] tier rest: 1607 s wall, 650 s CPU (user 541, sys 108) (exit 0)\n"
                    "[e2e] tier e2e: 1709 s wall, 604 s CPU (user 518, sys 86) (exit 1)\n"
                    "ci: 1940 s in all (rest exit 0, e2e exit 1)\n")
-    done = subprocess.run([sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"],
-                          capture_output=True, text=True)
+    done = ci_times(log)
     import json
 
     record = json.loads(done.stdout)
@@ -68,18 +72,16 @@ def test_the_times_of_a_ci_log_are_read_into_json(tmp_path):
     assert record["steps"] == {"install": {"wall_s": 100}, "linters": {"wall_s": 1}, "duplicate code": {"wall_s": 1}}
     assert record["tiers"]["e2e"] == {"wall_s": 1709, "cpu_s": 604, "user_s": 518, "sys_s": 86, "exit": 1}
     log.write_text("step install: 100 s\n")  # a run that did not finish
-    assert subprocess.run([sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"],
-                          capture_output=True, text=True).returncode == 1
+    assert ci_times(log).returncode == 1
 
 
 def test_a_run_that_stopped_early_is_refused_unless_recorded_as_unfinished(tmp_path):
     log = tmp_path / "ci.log"
     log.write_text("step install: 114 s\ntier fast: 158 s wall, 269 s CPU (user 226, sys 43) (exit 0)\n"
                    "tier fast: 269 s of CPU is over its budget of 200 s by more than 25% (limit 250 s): ...\n")
-    script = [sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"]
-    refused = subprocess.run(script, capture_output=True, text=True)
+    refused = ci_times(log)
     assert refused.returncode == 1 and "did not finish" in refused.stderr
-    done = subprocess.run([*script, "--unfinished"], capture_output=True, text=True)
+    done = ci_times(log, "--unfinished")
     import json
 
     record = json.loads(done.stdout)
@@ -107,8 +109,7 @@ def test_each_tiers_slowest_tests_join_its_record_even_where_the_side_by_side_ti
         "[rest] tier rest: 2218 s wall, 650 s CPU (user 541, sys 108) (exit 0)\n"
         "[e2e] tier e2e: 2245 s wall, 604 s CPU (user 518, sys 86) (exit 0)\n"
         "ci: 2460 s in all (rest exit 0, e2e exit 0)\n")
-    done = subprocess.run([sys.executable, str(SCRIPT.with_name("ci_times.py")), str(log), "--commit", "abc"],
-                          capture_output=True, text=True)
+    done = ci_times(log)
     import json
 
     tiers = json.loads(done.stdout)["tiers"]
