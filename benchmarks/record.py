@@ -9,7 +9,9 @@ Each table is one Snakemake target with its configuration fixed here (``TABLES``
 selection rule in force), run in a git worktree of the commit the table was started on
 (``.record/<table>-<commit>``, made on the first call; later calls go on in it whatever HEAD is, and say so), so
 that every seed of a table ran on one commit. Snakemake resumes: run the same command again after an interrupt or
-in the next session, and it trains only what is missing. After each call it writes
+in the next session, and it trains only what is missing (a lock that a killed Snakemake left is removed first, where
+no snakemake runs in the worktree). Ctrl-C or SIGTERM stops Snakemake cleanly and the call is still recorded,
+marked ``interrupted``. After each call it writes
 ``docs/measured/record-<table>.json``: the table's own JSON as the workflow wrote it (per-seed values, intervals,
 verdicts; absent until every seed has finished), the commit, the command, each call's wall time and machine, and
 the job-seconds per run folder and arm from the jobs' Snakemake benchmark files. docs/measured/record.md reads them.
@@ -22,6 +24,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +99,57 @@ def snakemake_command(table: Table, seeds: int, cores: int) -> list[str]:
     config = [entry.format(seeds=seeds) for entry in table.config]
     return [sys.executable, "-m", "snakemake", table.target, "--cores", str(cores), "--keep-going",
             "--rerun-incomplete", "--config", f"run={table.run}", *config]
+
+
+def snakemake_running_in(tree: Path) -> list[int]:
+    """The pids of the snakemake processes whose working folder is ``tree`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == tree and \
+                    b"snakemake" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def unlock_if_stale(tree: Path, env: dict) -> bool:
+    """Remove the lock a killed Snakemake left in ``tree`` (``snakemake --unlock``) where no snakemake runs there;
+    True if it did. A running one keeps its lock, and the call then fails as Snakemake says."""
+    locks = tree / ".snakemake" / "locks"
+    if not (locks.is_dir() and any(locks.iterdir())) or snakemake_running_in(tree):
+        return False
+    subprocess.run([sys.executable, "-m", "snakemake", "--unlock", "--cores", "1"], cwd=tree, env=env, check=True,
+                   capture_output=True)
+    return True
+
+
+def run_to_the_end_or_an_interrupt(command: list[str], tree: Path, env: dict, grace_s: float = 600) -> tuple[int, bool]:
+    """Snakemake's return code, and whether the call was interrupted. Snakemake runs in a session of its own, so that
+    Ctrl-C (or SIGTERM, or SIGHUP) reaches it once, from here, as one SIGINT: it stops its jobs and releases its
+    lock (``grace_s`` at most, then it is killed), and the call is still recorded."""
+    interrupts: list[int] = []
+    proc = subprocess.Popen(command, cwd=tree, env=env, start_new_session=True)
+
+    def forward(signum, _frame):
+        if not interrupts:
+            proc.send_signal(signal.SIGINT)
+        interrupts.append(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        rc = proc.wait()  # a handled signal interrupts the wait only to run the handler: it resumes
+        if interrupts:
+            try:
+                rc = proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return rc, bool(interrupts)
 
 
 def job_seconds(results: Path, run: str) -> dict:
@@ -181,11 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     calls = list(previous.get("calls", [])) if previous.get("commit") == commit else []
     rc = 0
     if not args.collect_only:
-        start = time.time()
         env = os.environ | {"PYTHONPATH": str(tree / "src")}
-        rc = subprocess.run(snakemake_command(table, args.seeds, args.cores), cwd=tree, env=env).returncode
+        if unlock_if_stale(tree, env):
+            print(f"record: removed the lock a stopped Snakemake left in {tree} (snakemake --unlock)", file=sys.stderr)
+        start = time.time()
+        rc, interrupted = run_to_the_end_or_an_interrupt(snakemake_command(table, args.seeds, args.cores), tree, env)
         calls.append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
-                      "wall_s": round(time.time() - start, 1), "returncode": rc, "machine": machine()})
+                      "wall_s": round(time.time() - start, 1), "returncode": rc, "interrupted": interrupted,
+                      "machine": machine()})
+        rc = 130 if interrupted else rc
     record = collect(args.table, table, tree, commit, args.seeds, calls, out)
     write_record(out, record)
     print(json.dumps({k: record[k] for k in ("table", "commit", "finished")} | {"job_s": record["job_seconds"]["total"],

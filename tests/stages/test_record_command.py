@@ -90,3 +90,71 @@ def test_each_finished_arms_test_accuracy_is_on_record_before_the_table_is(tmp_p
         path.write_text(json.dumps({"test_accuracy": accuracy}))
     assert record.test_accuracies(results, "record-code") == {
         "record-code-seed0": {"baseline_search": 0.4, "evolved": 0.4123}, "record-code-seed1-tpe": {"evolved": 0.38}}
+
+
+# the child: counts the SIGINTs it gets, takes a moment to stop (as Snakemake stops its jobs), exits 130
+CHILD = """
+import signal, sys, time
+from pathlib import Path
+got = []
+signal.signal(signal.SIGINT, lambda *_: got.append(1))
+Path(sys.argv[1]).write_text("started")
+while not got:
+    time.sleep(0.05)
+time.sleep(1)
+Path(sys.argv[1]).write_text(f"stopped after {len(got)} SIGINT")
+sys.exit(130)
+"""
+# the caller, as `benchmarks/record.py` calls it, in a process group of its own (a terminal's Ctrl-C signals it all)
+CALLER = """
+import importlib.util, json, os, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("record", sys.argv[1])
+record = sys.modules["record"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(record)
+rc, interrupted = record.run_to_the_end_or_an_interrupt([sys.executable, "-c", sys.argv[2], sys.argv[3]], Path.cwd(),
+                                                        dict(os.environ), grace_s=60)
+print(json.dumps([rc, interrupted]))
+"""
+
+
+@pytest.mark.parametrize("signum", [2, 15])  # Ctrl-C to the whole group; SIGTERM to the caller alone
+def test_an_interrupted_call_stops_snakemake_once_and_is_recorded(tmp_path, signum):
+    import os
+    import signal
+    import time
+
+    marker = tmp_path / "child.txt"
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(REPO / "benchmarks" / "record.py"), CHILD, str(marker)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the child never started"
+    if signum == signal.SIGINT:
+        os.killpg(caller.pid, signal.SIGINT)  # what Ctrl-C does: the child is in a session of its own, so not it
+    else:
+        caller.send_signal(signal.SIGTERM)
+    out, _ = caller.communicate(timeout=60)
+    assert caller.returncode == 0 and json.loads(out) == [130, True]
+    assert marker.read_text() == "stopped after 1 SIGINT"  # once, from the caller: it stopped in its own time
+
+
+def test_a_lock_left_by_a_killed_snakemake_is_removed_only_where_none_runs(tmp_path):
+    import os
+
+    (tmp_path / "Snakefile").write_text("rule all:\n    input: []\n")
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("")
+    # a process named snakemake working in the folder holds its lock
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "snakemake"], cwd=tmp_path)
+    try:
+        assert record.snakemake_running_in(tmp_path) == [running.pid]
+        assert record.unlock_if_stale(tmp_path, dict(os.environ)) is False and any(locks.iterdir())
+    finally:
+        running.kill()
+        running.wait()
+    assert record.unlock_if_stale(tmp_path, dict(os.environ)) is True
+    assert not locks.exists() or not any(locks.iterdir())
+    assert record.unlock_if_stale(tmp_path, {}) is False  # no lock: nothing to do
