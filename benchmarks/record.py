@@ -138,14 +138,19 @@ def run_to_the_end_or_an_interrupt(command: list[str], tree: Path, env: dict, gr
         interrupts.append(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    deadline = None  # set at the first interrupt: then Snakemake has grace_s to stop
     try:
-        rc = proc.wait()  # a handled signal interrupts the wait only to run the handler: it resumes
-        if interrupts:
+        while True:
             try:
-                rc = proc.wait(timeout=grace_s)
+                rc = proc.wait(timeout=1)
+                break
             except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = proc.wait()
+                if interrupts and deadline is None:
+                    deadline = time.monotonic() + grace_s
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.kill()
+                    rc = proc.wait()
+                    break
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

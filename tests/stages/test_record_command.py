@@ -113,7 +113,7 @@ spec = importlib.util.spec_from_file_location("record", sys.argv[1])
 record = sys.modules["record"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(record)
 rc, interrupted = record.run_to_the_end_or_an_interrupt([sys.executable, "-c", sys.argv[2], sys.argv[3]], Path.cwd(),
-                                                        dict(os.environ), grace_s=60)
+                                                        dict(os.environ), grace_s=float(sys.argv[4]))
 print(json.dumps([rc, interrupted]))
 """
 
@@ -125,7 +125,8 @@ def test_an_interrupted_call_stops_snakemake_once_and_is_recorded(tmp_path, sign
     import time
 
     marker = tmp_path / "child.txt"
-    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(REPO / "benchmarks" / "record.py"), CHILD, str(marker)],
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(REPO / "benchmarks" / "record.py"), CHILD, str(marker),
+                               "60"],
                               cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
@@ -158,3 +159,20 @@ def test_a_lock_left_by_a_killed_snakemake_is_removed_only_where_none_runs(tmp_p
     assert record.unlock_if_stale(tmp_path, dict(os.environ)) is True
     assert not locks.exists() or not any(locks.iterdir())
     assert record.unlock_if_stale(tmp_path, {}) is False  # no lock: nothing to do
+
+
+def test_a_snakemake_that_does_not_stop_is_killed_after_its_grace(tmp_path):
+    import signal
+    import time
+
+    marker = tmp_path / "child.txt"
+    stubborn = CHILD.replace("while not got:", "while True:")  # counts SIGINTs and never stops
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(REPO / "benchmarks" / "record.py"), stubborn,
+                               str(marker), "2"], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    caller.send_signal(signal.SIGTERM)
+    out, _ = caller.communicate(timeout=60)
+    assert json.loads(out) == [-signal.SIGKILL, True]
