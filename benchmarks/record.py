@@ -20,6 +20,7 @@ the job-seconds per run folder and arm from the jobs' Snakemake benchmark files.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -127,14 +128,17 @@ def unlock_if_stale(tree: Path, env: dict) -> bool:
 
 def run_to_the_end_or_an_interrupt(command: list[str], tree: Path, env: dict, grace_s: float = 600) -> tuple[int, bool]:
     """Snakemake's return code, and whether the call was interrupted. Snakemake runs in a session of its own, so that
-    Ctrl-C (or SIGTERM, or SIGHUP) reaches it once, from here, as one SIGINT: it stops its jobs and releases its
-    lock (``grace_s`` at most, then it is killed), and the call is still recorded."""
+    Ctrl-C (or SIGTERM, or SIGHUP) reaches it once, from here, as one SIGINT to its process group, as a terminal's
+    Ctrl-C would: its jobs (which run in that group) stop, Snakemake waits for them and releases its lock
+    (``grace_s`` at most, then the group is killed), and the call is still recorded. A SIGINT to Snakemake alone
+    leaves its jobs running: it only waits for them."""
     interrupts: list[int] = []
     proc = subprocess.Popen(command, cwd=tree, env=env, start_new_session=True)
 
     def forward(signum, _frame):
         if not interrupts:
-            proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
         interrupts.append(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -148,7 +152,8 @@ def run_to_the_end_or_an_interrupt(command: list[str], tree: Path, env: dict, gr
                 if interrupts and deadline is None:
                     deadline = time.monotonic() + grace_s
                 if deadline is not None and time.monotonic() > deadline:
-                    proc.kill()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
                     rc = proc.wait()
                     break
     finally:

@@ -141,6 +141,48 @@ def test_an_interrupted_call_stops_snakemake_once_and_is_recorded(tmp_path, sign
     assert marker.read_text() == "stopped after 1 SIGINT"  # once, from the caller: it stopped in its own time
 
 
+# Snakemake's jobs run in its process group and stop on the SIGINT a terminal's Ctrl-C gives them all; Snakemake itself
+# only waits for them ("Terminating processes on user request"). The child here does the same with one job.
+SNAKEMAKE_WITH_A_JOB = """
+import signal, subprocess, sys, time
+from pathlib import Path
+job = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[3]])
+signal.signal(signal.SIGINT, lambda *_: None)
+Path(sys.argv[1]).write_text("started")
+job.wait()
+sys.exit(130)
+"""
+JOB = """
+import signal, sys, time
+from pathlib import Path
+def stop(*_):
+    Path(sys.argv[1]).write_text("the job stopped on SIGINT")
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+time.sleep(60)  # not forever: a job that no interrupt reached ends by itself
+"""
+
+
+def test_an_interrupt_reaches_snakemakes_jobs_as_a_terminals_ctrl_c_does(tmp_path):
+    import signal
+    import time
+
+    marker, job_marker = tmp_path / "child.txt", tmp_path / "job.txt"
+    child = SNAKEMAKE_WITH_A_JOB.replace("sys.argv[2], sys.argv[3]", f"{JOB!r}, {str(job_marker)!r}")
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(REPO / "benchmarks" / "record.py"), child, str(marker),
+                               "30"], cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the child never started"
+    time.sleep(0.5)  # the job's handler is set
+    caller.send_signal(signal.SIGTERM)
+    out, _ = caller.communicate(timeout=60)
+    # before: the SIGINT reached Snakemake alone, whose jobs ran on until the grace ended and it was killed
+    assert job_marker.is_file() and job_marker.read_text() == "the job stopped on SIGINT"
+    assert json.loads(out) == [130, True]
+
+
 def test_a_lock_left_by_a_killed_snakemake_is_removed_only_where_none_runs(tmp_path):
     import os
 
