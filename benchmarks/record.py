@@ -131,9 +131,12 @@ def run_to_the_end_or_an_interrupt(command: list[str], tree: Path, env: dict, gr
     Ctrl-C (or SIGTERM, or SIGHUP) reaches it once, from here, as one SIGINT to its process group, as a terminal's
     Ctrl-C would: its jobs (which run in that group) stop, Snakemake waits for them and releases its lock
     (``grace_s`` at most, then the group is killed), and the call is still recorded. A SIGINT to Snakemake alone
-    leaves its jobs running: it only waits for them."""
+    leaves its jobs running: it only waits for them. Snakemake starts with SIGINT's default action even where this
+    command was started with SIGINT ignored (``nohup ... &`` from a script: a child inherits an ignored signal, and
+    Snakemake and its jobs, which stop on Python's KeyboardInterrupt, would never see the interrupt)."""
     interrupts: list[int] = []
-    proc = subprocess.Popen(command, cwd=tree, env=env, start_new_session=True)
+    proc = subprocess.Popen(command, cwd=tree, env=env, start_new_session=True,  # record.py starts no thread
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def forward(signum, _frame):
         if not interrupts:

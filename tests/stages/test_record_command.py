@@ -183,6 +183,43 @@ def test_an_interrupt_reaches_snakemakes_jobs_as_a_terminals_ctrl_c_does(tmp_pat
     assert json.loads(out) == [130, True]
 
 
+# A job that stops as Snakemake's (and Snakemake itself) do: on Python's default SIGINT handler, KeyboardInterrupt.
+# Python installs that handler only where SIGINT is not ignored at its start.
+JOB_ON_KEYBOARD_INTERRUPT = """
+import sys, time
+from pathlib import Path
+try:
+    time.sleep(60)  # not forever: a job that no interrupt reached ends by itself
+except KeyboardInterrupt:
+    Path(sys.argv[1]).write_text("the job stopped on SIGINT")
+    sys.exit(130)
+"""
+
+
+def test_a_call_started_in_the_background_still_stops_snakemakes_jobs(tmp_path):
+    """`nohup record.py ... &` from a script (or any shell without job control) starts it with SIGINT ignored, and a
+    child inherits an ignored signal: Snakemake and its jobs then never saw the interrupt record.py forwards to them
+    (found on the flaws table, 2026-12-07: the call went on until SIGTERM was sent to Snakemake by hand)."""
+    import signal
+    import time
+
+    marker, job_marker = tmp_path / "child.txt", tmp_path / "job.txt"
+    child = SNAKEMAKE_WITH_A_JOB.replace("sys.argv[2], sys.argv[3]",
+                                         f"{JOB_ON_KEYBOARD_INTERRUPT!r}, {str(job_marker)!r}")
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(REPO / "benchmarks" / "record.py"), child, str(marker),
+                               "30"], cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the child never started"
+    time.sleep(1)  # the job has started
+    caller.send_signal(signal.SIGTERM)
+    out, _ = caller.communicate(timeout=60)
+    assert job_marker.is_file() and job_marker.read_text() == "the job stopped on SIGINT"
+    assert json.loads(out) == [130, True]
+
+
 def test_a_lock_left_by_a_killed_snakemake_is_removed_only_where_none_runs(tmp_path):
     import os
 
