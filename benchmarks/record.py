@@ -46,7 +46,8 @@ class Table:
     target: str
     run: str  # the Snakemake run name (results/<run>...)
     result: str  # the table's JSON under the worktree's results/, as the workflow writes it
-    config: tuple[str, ...]  # --config entries; {seeds} is the table's seeds
+    config: tuple[str, ...]  # --config entries; {seeds} is the table's seeds ({only}, {seeds_only}: a unit's)
+    units: tuple[str, ...] = ()  # the flaws, each run and banked seed by seed (record_bank.py); () : one target
 
 
 # The rules in force for the record (docs/schedule.md, "How select decides"): two_look's screen and confirmation,
@@ -71,35 +72,45 @@ TABLES = {
         ("experiment=code_learns", "search__headline_seeds={seeds}", "search__baseline_matched=false", ARMS)),
     "flaws": Table(
         "flaws", "record-flaws", "record-flaws/flaws.json",
-        ("flaws_dir=flaws", "flaws__seeds={seeds}",
-         "flaws__only=[arith_lr_far_off,arith_reward_period,arith_curriculum_starves,arith_reward_two_ways,"
-         "math_unreadable_answers_pass,code_errors_count_as_passes]", *SELECTION, *HALVING)),
+        ("flaws_dir=flaws", "flaws__seeds={seeds}", "flaws__only=[{only}]", "flaws__seeds_only=[{seeds_only}]",
+         *SELECTION, *HALVING),
+        ("arith_lr_far_off", "arith_reward_period", "arith_curriculum_starves", "arith_reward_two_ways",
+         "math_unreadable_answers_pass", "code_errors_count_as_passes")),
 }
+# Where the flaws record keeps each finished (flaw, seed): in the repository, committed as seeds finish, because a
+# session may begin in a fresh checkout without the worktree and its results (which git ignores)
+BANK = REPO / "docs" / "measured" / "record-flaws"
 
 
 def git(*args: str, cwd: Path = REPO) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def worktree(name: str, repo: Path = REPO) -> tuple[Path, str, bool]:
-    """The table's worktree, its commit, and whether this call made it (at HEAD). An existing one is kept at its
-    commit: a table's seeds all run on one commit."""
+def worktree(name: str, repo: Path = REPO, pinned: str | None = None) -> tuple[Path, str, bool]:
+    """The table's worktree, its commit, and whether this call made it (at ``pinned``, the commit an unfinished
+    record started on, else at HEAD). An existing one is kept at its commit: a table's seeds all run on one commit."""
     root = repo / WORKTREES
     found = sorted(root.glob(f"{name}-*")) if root.is_dir() else []
     if found:
         path = found[-1]
         return path, git("rev-parse", "--short", "HEAD", cwd=path), False
-    commit = git("rev-parse", "--short", "HEAD", cwd=repo)
+    commit = pinned or git("rev-parse", "--short", "HEAD", cwd=repo)
     path = root / f"{name}-{commit}"
     root.mkdir(exist_ok=True)
     git("worktree", "add", "--detach", str(path), commit, cwd=repo)
     return path, commit, True
 
 
-def snakemake_command(table: Table, seeds: int, cores: int) -> list[str]:
-    config = [entry.format(seeds=seeds) for entry in table.config]
-    return [sys.executable, "-m", "snakemake", table.target, "--cores", str(cores), "--keep-going",
-            "--rerun-incomplete", "--config", f"run={table.run}", *config]
+def snakemake_command(table: Table, seeds: int, cores: int, unit: str | None = None,
+                      seeds_only: list[int] | tuple[int, ...] = ()) -> list[str]:
+    """The table's Snakemake call; for a table of units, one unit's (its flaw's outcome, the seeds not yet banked)
+    or, with ``unit`` None, the table from the banked outcomes (only the `flaws` rule may run)."""
+    config = [entry.format(seeds=seeds, only=unit or ",".join(table.units), seeds_only=",".join(map(str, seeds_only)))
+              for entry in table.config]
+    target = [f"results/{table.run}/flaws/{unit}/outcome.json"] if unit else [table.target]
+    only_the_table = ["--allowed-rules", table.target, "--rerun-triggers", "mtime"] if table.units and not unit else []
+    return [sys.executable, "-m", "snakemake", *target, "--cores", str(cores), "--keep-going",
+            "--rerun-incomplete", *only_the_table, "--config", f"run={table.run}", *config]
 
 
 def snakemake_running_in(tree: Path) -> list[int]:
@@ -212,17 +223,87 @@ def write_record(out: Path, record: dict) -> None:
     partial.replace(out)
 
 
+def banked(table: Table, seeds: int, bank: Path = BANK) -> dict[str, dict[str, dict]]:
+    """Per flaw and seed, what the bank keeps: each arm's test accuracy and the unit's job-seconds."""
+    kept: dict[str, dict[str, dict]] = {}
+    for flaw in table.units:
+        for s in range(seeds):
+            path = bank / flaw / f"seed{s}.json"
+            if path.is_file():
+                unit = json.loads(path.read_text())
+                kept.setdefault(flaw, {})[str(s)] = {
+                    "commit": unit["commit"], "job_seconds": unit["job_seconds"],
+                    "test_accuracy": {arm: v["test_accuracy"] for arm, v in unit["entry"]["arms"].items()}}
+    return kept
+
+
+def pending_units(table: Table, seeds: int, bank: Path = BANK) -> list[tuple[str, list[int]]]:
+    """Each flaw with the seeds the bank does not keep yet, in the table's order."""
+    return [(flaw, missing) for flaw in table.units
+            if (missing := [s for s in range(seeds) if not (bank / flaw / f"seed{s}.json").is_file()])]
+
+
 def collect(name: str, table: Table, tree: Path, commit: str, seeds: int, calls: list[dict], out: Path) -> dict:
-    """The table's record from what its worktree holds now."""
+    """The table's record from what its worktree (and, for a table of units, the bank) holds now."""
     result_path = tree / "results" / table.result
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
-    return {"table": name, "commit": commit, "seeds": seeds,
-            "command": f"benchmarks/record.py {name} --seeds {seeds}",
-            "snakemake": " ".join(snakemake_command(table, seeds, 2)[2:]),
-            "worktree": str(tree.relative_to(REPO)) if tree.is_relative_to(REPO) else str(tree),
-            "finished": result is not None, "calls": calls,
-            "job_seconds": job_seconds(tree / "results", table.run),
-            "test_accuracy_so_far": test_accuracies(tree / "results", table.run), "result": result}
+    spent = job_seconds(tree / "results", table.run)
+    record = {"table": name, "commit": commit, "seeds": seeds,
+              "command": f"benchmarks/record.py {name} --seeds {seeds}",
+              "snakemake": " ".join(snakemake_command(table, seeds, 2)[2:]),
+              "worktree": str(tree.relative_to(REPO)) if tree.is_relative_to(REPO) else str(tree),
+              "finished": result is not None, "calls": calls, "job_seconds": spent,
+              "test_accuracy_so_far": test_accuracies(tree / "results", table.run), "result": result}
+    if table.units:  # the banked seeds' job-seconds, their folders as the worktree has them where it still does
+        kept = banked(table, seeds)
+        folders = {folder: arms for units in kept.values() for unit in units.values()
+                   for folder, arms in unit["job_seconds"].items()} | spent["per_run_and_arm"]
+        total = sum(v["job_s"] for arms in folders.values() for v in arms.values())
+        record |= {"bank": str(BANK.relative_to(REPO)), "banked": kept,
+                   "job_seconds": {"per_run_and_arm": folders, "total": round(total, 1)}}
+    return record
+
+
+def call(command: list[str], tree: Path, env: dict, calls: list[dict], **unit) -> tuple[int, bool]:
+    """One Snakemake call, appended to ``calls`` (its start, wall time, return code, machine, and unit)."""
+    start = time.time()
+    rc, interrupted = run_to_the_end_or_an_interrupt(command, tree, env)
+    calls.append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+                  "wall_s": round(time.time() - start, 1), "returncode": rc, "interrupted": interrupted,
+                  "machine": machine(), **unit})
+    return rc, interrupted
+
+
+def bank_step(tree: Path, env: dict, action: str, flaw: str, seeds: int, *extra: str) -> dict:
+    """record_bank.py's ``action`` for one flaw, run by the worktree's own copy and code (its commit's)."""
+    proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "record_bank.py"), action, "--tree", str(tree),
+                           "--flaw", flaw, "--seeds", str(seeds), "--bank", str(BANK), *extra],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        print(f"record: record_bank.py {action} {flaw} failed: {proc.stderr[-2000:]}", file=sys.stderr)
+        return {}
+    print(f"record: {proc.stdout.strip()}", file=sys.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_units(table: Table, seeds: int, cores: int, tree: Path, env: dict, calls: list[dict]) -> tuple[int, bool]:
+    """A table of units: each flaw's seeds not yet banked (one Snakemake call per flaw), each finished seed banked
+    after its call, interrupted or not; once every seed is banked, the table from the banked outcomes."""
+    rc = 0
+    for flaw, missing in pending_units(table, seeds):
+        # the flaw's job runs again for these seeds (an outcome left by an earlier call would stand in for it)
+        (tree / "results" / table.run / "flaws" / flaw / "outcome.json").unlink(missing_ok=True)
+        rc, interrupted = call(snakemake_command(table, seeds, cores, flaw, missing), tree, env, calls,
+                               unit=flaw, seeds=missing)
+        bank_step(tree, env, "bank", flaw, seeds, "--run", table.run, "--only", *map(str, missing))
+        if interrupted:
+            return rc, True
+    if pending_units(table, seeds):  # a seed whose arms did not all finish: the next call runs it again
+        return rc or 1, False
+    for flaw in table.units:
+        bank_step(tree, env, "outcome", flaw, seeds, "--out",
+                  str(tree / "results" / table.run / "flaws" / flaw / "outcome.json"))
+    return call(snakemake_command(table, seeds, cores), tree, env, calls, unit="table")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,22 +321,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"table": args.table, "head": git("rev-parse", "--short", "HEAD"),
                           "snakemake": " ".join(snakemake_command(table, args.seeds, args.cores)[2:])}, indent=2))
         return 0
-    tree, commit, made = worktree(args.table)
-    head = git("rev-parse", "--short", "HEAD")
-    print(f"record: {args.table} runs on {commit} in {tree}" + ("" if made or commit == head else
-          f" (started there; HEAD is {head}: the table's seeds all run on {commit})"), file=sys.stderr)
     previous = json.loads(out.read_text()) if out.is_file() else {}
+    # a record not finished goes on on its own commit, also from a fresh checkout that lost its worktree
+    tree, commit, made = worktree(args.table, pinned=None if previous.get("finished") else previous.get("commit"))
+    head = git("rev-parse", "--short", "HEAD")
+    print(f"record: {args.table} runs on {commit} in {tree}" + ("" if commit == head else
+          f" (started there; HEAD is {head}: the table's seeds all run on {commit})"), file=sys.stderr)
     calls = list(previous.get("calls", [])) if previous.get("commit") == commit else []
     rc = 0
     if not args.collect_only:
         env = os.environ | {"PYTHONPATH": str(tree / "src")}
         if unlock_if_stale(tree, env):
             print(f"record: removed the lock a stopped Snakemake left in {tree} (snakemake --unlock)", file=sys.stderr)
-        start = time.time()
-        rc, interrupted = run_to_the_end_or_an_interrupt(snakemake_command(table, args.seeds, args.cores), tree, env)
-        calls.append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
-                      "wall_s": round(time.time() - start, 1), "returncode": rc, "interrupted": interrupted,
-                      "machine": machine()})
+        if table.units:
+            rc, interrupted = run_units(table, args.seeds, args.cores, tree, env, calls)
+        else:
+            rc, interrupted = call(snakemake_command(table, args.seeds, args.cores), tree, env, calls)
         rc = 130 if interrupted else rc
     record = collect(args.table, table, tree, commit, args.seeds, calls, out)
     write_record(out, record)

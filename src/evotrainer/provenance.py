@@ -43,7 +43,7 @@ MAY_CHANGE = (
     "agent.timeout_s", "agent.call_timeout_s", "agent.step_timeout_s", "agent.max_retries", "agent.max_retry_wait_s",
     "agent.base_url", "agent.api_key_env",
     # the flaws suite: which flaws and seeds run, and how; each flaw's own runs keep their own configs (docs/flaws.md)
-    "flaws.only", "flaws.seeds", "flaws.timeout_s", "flaws.snakemake_args",
+    "flaws.only", "flaws.seeds", "flaws.seeds_only", "flaws.timeout_s", "flaws.snakemake_args",
 )
 
 

@@ -255,3 +255,41 @@ def test_a_snakemake_that_does_not_stop_is_killed_after_its_grace(tmp_path):
     caller.send_signal(signal.SIGTERM)
     out, _ = caller.communicate(timeout=60)
     assert json.loads(out) == [-signal.SIGKILL, True]
+
+
+def test_an_unfinished_record_goes_on_on_its_own_commit_in_a_fresh_checkout(tmp_path):
+    """A session may begin in a fresh checkout: no worktree, HEAD moved on; the record's JSON names its commit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    _git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "one", cwd=repo)
+    first = record.git("rev-parse", "--short", "HEAD", cwd=repo)
+    _git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "two", cwd=repo)
+    tree, commit, made = record.worktree("flaws", repo, pinned=first)
+    assert made and commit == first and tree.name == f"flaws-{first}"
+    assert record.git("rev-parse", "--short", "HEAD", cwd=tree) == first
+
+
+def test_a_flaw_unit_runs_only_its_seeds_not_banked_and_the_table_only_the_flaws_rule(tmp_path):
+    table = record.TABLES["flaws"]
+    flaw = table.units[2]
+    (tmp_path / flaw).mkdir()
+    for s in (0, 2):
+        (tmp_path / flaw / f"seed{s}.json").write_text("{}")
+    assert record.pending_units(table, 5, tmp_path) == [(u, [0, 1, 2, 3, 4]) for u in table.units[:2]] + \
+        [(flaw, [1, 3, 4])] + [(u, [0, 1, 2, 3, 4]) for u in table.units[3:]]
+    unit = record.snakemake_command(table, 5, 2, flaw, [1, 3, 4])
+    assert unit[3] == f"results/record-flaws/flaws/{flaw}/outcome.json" and "--allowed-rules" not in unit
+    cfg = compose(overrides_from_snakemake(parse_config(unit[unit.index("--config") + 1:])))
+    assert list(cfg.flaws.only) == [flaw] and list(cfg.flaws.seeds_only) == [1, 3, 4] and cfg.flaws.seeds == 5
+    final = record.snakemake_command(table, 5, 2)
+    assert final[3] == "flaws" and final[final.index("--allowed-rules") + 1] == "flaws"
+    cfg = compose(overrides_from_snakemake(parse_config(final[final.index("--config") + 1:])))
+    assert list(cfg.flaws.only) == list(table.units) and list(cfg.flaws.seeds_only) == []
+
+
+def test_seeds_only_outside_the_seeds_is_refused():
+    from evotrainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match="flaws.seeds_only names seeds \\[5\\]"):
+        compose(["flaws.seeds=5", "flaws.seeds_only=[1,5]"])

@@ -493,6 +493,9 @@ class FlawsConf:
     # the tuner arm of every flaw, fixed before the run (never chosen by a test score)
     tuner: str = one_of("tpe", "tpe", "cmaes", "random", "search_control", "pbt")
     seeds: int = between(2, 1, 100)
+    # the seeds of 0..seeds-1 to run (empty: all): a record that keeps each finished seed elsewhere (benchmarks/
+    # record.py) runs the rest in a fresh checkout; the seeds' runs are the same whichever are chosen
+    seeds_only: list[int] = field(default_factory=list)
     only: list[str] = field(default_factory=list)  # the flaws to run by folder name; empty: all of them
     min_gap: float = between(0.10, 0.0, 1.0)  # admitted where reference - the best floor (test accuracy) >= this
     timeout_s: float = between(0.0, 0.0, 10**7)  # a flaw's runs past this many seconds fail as flaw_timeout; 0: none
@@ -655,6 +658,10 @@ def validate(cfg: DictConfig) -> DictConfig:
                           f"({merged.search.budget_unit} per backtest; e.g. search.budget=6144)")
     _check_final_share(merged)
     _check_two_look(merged)
+    outside = sorted({int(s) for s in merged.flaws.seeds_only} - set(range(int(merged.flaws.seeds))))
+    if outside:
+        raise ConfigError(f"config: flaws.seeds_only names seeds {outside} outside 0..{int(merged.flaws.seeds) - 1} "
+                          f"(flaws.seeds={merged.flaws.seeds})")
     multi_turn = "multi_turn" in task_supports(merged.task.name)
     explicit_matched = str(merged.search.baseline_matched).lower() == "true"
     if explicit_matched and merged.trainer.name != "local":

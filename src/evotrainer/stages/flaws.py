@@ -150,10 +150,12 @@ def harness_folders(folder: Path, flaw: Flaw, shipped: Path) -> tuple[Path, Path
     return folder / f"reference-{harness_id(shipped)[:12]}", folder / f"harness-{diff_hash(flaw.diff)[:12]}"
 
 
-def arm_runs(suite_run: str, flaw: str, seeds: int, tuner: str) -> dict[int, dict[str, tuple[str, str]]]:
-    """Per seed, each arm's (run name, evaluated arm)."""
+def arm_runs(suite_run: str, flaw: str, seeds: int, tuner: str,
+             only: list[int] | tuple[int, ...] = ()) -> dict[int, dict[str, tuple[str, str]]]:
+    """Per seed (of 0..seeds-1, those in ``only`` where it names any: flaws.seeds_only), each arm's (run name,
+    evaluated arm)."""
     runs = {}
-    for seed in range(seeds):
+    for seed in [s for s in range(seeds) if not only or s in only]:
         loop = seed_run(flaw_run_name(suite_run, flaw), seed)
         runs[seed] = {arm: (arm_run(loop, tuner) if where == "tuner" else loop, evaluated)
                       for arm, (where, evaluated) in ARM_SOURCES.items()}
@@ -163,7 +165,7 @@ def arm_runs(suite_run: str, flaw: str, seeds: int, tuner: str) -> dict[int, dic
 def _targets(cfg, flaw: Flaw) -> list[str]:
     results = cfg.results_dir
     targets = []
-    for arms in arm_runs(cfg.run, flaw.name, cfg.flaws.seeds, cfg.flaws.tuner).values():
+    for arms in arm_runs(cfg.run, flaw.name, cfg.flaws.seeds, cfg.flaws.tuner, list(cfg.flaws.seeds_only)).values():
         for run, evaluated in arms.values():
             layout = RunLayout.at(results, run)
             targets.append(str(layout.summary if evaluated == "evolved" else layout.test_metrics(evaluated)))
@@ -191,8 +193,9 @@ def _run_child(cfg, flaw: Flaw, folder: Path, snakefile: str, cores: int, overri
             timed_out = True
         else:
             timed_out = False
+    only = list(cfg.flaws.seeds_only)
     found = collect_arms(cfg.results_dir, cfg.run, flaw, cfg.flaws.seeds, cfg.flaws.tuner,
-                         Path(cfg_reference(overrides)))
+                         Path(cfg_reference(overrides)), only)
     complete = all(all(arm.get("test_accuracy") is not None for arm in seed["arms"].values())
                    for seed in found.values())
     status = "ok" if complete and outcome.ok else ("partial" if _any_arm(found) else "failed")
@@ -200,7 +203,7 @@ def _run_child(cfg, flaw: Flaw, folder: Path, snakefile: str, cores: int, overri
     detail = "" if status == "ok" else f"snakemake {outcome.describe()}; log {log}: " + _tail(log)
     return {"status": status, "label": label, "detail": detail, "returncode": outcome.returncode,
             "snakemake_wall_s": round(outcome.wall_s, 1), "seeds": found,
-            "job_seconds": _job_seconds(cfg.results_dir, cfg.run, flaw.name, cfg.flaws.seeds, cfg.flaws.tuner)}
+            "job_seconds": _job_seconds(cfg.results_dir, cfg.run, flaw.name, cfg.flaws.seeds, cfg.flaws.tuner, only)}
 
 
 def cfg_reference(overrides: list[str]) -> str:
@@ -219,13 +222,13 @@ def _tail(log: Path) -> str:
 
 
 def collect_arms(results_dir: str, suite_run: str, flaw: Flaw, seeds: int, tuner: str,
-                 reference: Path) -> dict[str, dict]:
+                 reference: Path, only: list[int] | tuple[int, ...] = ()) -> dict[str, dict]:
     """What each seed's arms left on disk: test accuracy, the test rollouts' path, the charged responses; the
     loop's repairs (its promoted path) and whether its final harness restores or reaches a shipped file."""
     from evotrainer.stages.flaws_repairs import loop_repairs
 
     found: dict[str, dict] = {}
-    for seed, arms in arm_runs(suite_run, flaw.name, seeds, tuner).items():
+    for seed, arms in arm_runs(suite_run, flaw.name, seeds, tuner, only).items():
         entry: dict[str, Any] = {"arms": {}}
         for arm, (run, evaluated) in arms.items():
             layout = RunLayout.at(results_dir, run)
@@ -262,12 +265,13 @@ def _charged(layout: RunLayout, evaluated: str) -> int | None:
     return (record.get("charge") or {}).get("charged")
 
 
-def _job_seconds(results_dir: str, suite_run: str, flaw: str, seeds: int, tuner: str) -> float:
+def _job_seconds(results_dir: str, suite_run: str, flaw: str, seeds: int, tuner: str,
+                 only: list[int] | tuple[int, ...] = ()) -> float:
     """Seconds of every job of the flaw's runs (their Snakemake benchmark files, the generations' included)."""
     import pandas as pd
 
     total = 0.0
-    for arms in arm_runs(suite_run, flaw, seeds, tuner).values():
+    for arms in arm_runs(suite_run, flaw, seeds, tuner, only).values():
         for run in {run for run, _ in arms.values()}:
             for tsv in sorted((RunLayout.at(results_dir, run).root / "benchmarks").rglob("*.tsv")):
                 try:

@@ -1,0 +1,131 @@
+"""The flaws record's bank: each finished (flaw, seed) kept in the repository, so that the record survives a fresh
+checkout (its worktree and results are ignored by git, and a new session may start without them).
+
+    python benchmarks/record_bank.py bank --tree T --run RUN --flaw F --seeds 5 --only 3 4 --bank DIR
+    python benchmarks/record_bank.py outcome --tree T --flaw F --seeds 5 --bank DIR --out OUTCOME
+
+benchmarks/record.py runs it in the table's worktree, with that commit's ``src`` first on ``PYTHONPATH``, so that a
+seed is read by the code it ran on. ``bank`` keeps every seed of ``--only`` whose six arms have a test score, as
+``DIR/<flaw>/seed<s>.json`` (the seed's outcome entry as the `flaw` stage reads it, its flaw's metadata, the
+commit, the job-seconds per run folder and arm) and ``DIR/<flaw>/seed<s>-<arm>.parquet`` (each arm's test answers,
+``prompt_id`` and ``correct``: what the table reads of them); a seed with an arm missing is left for the next call.
+``outcome`` writes a flaw's ``outcome.json`` from its banked seeds (paths to the banked answers), which the suite's
+`flaws` stage tables as it tables the outcomes a `flaw` job writes. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from arm_job_seconds import arm_of, read  # noqa: E402
+
+from evotrainer.atomic import write_json  # noqa: E402
+from evotrainer.contracts.flaw import load_flaw  # noqa: E402
+from evotrainer.report.flaws import ARMS  # noqa: E402
+from evotrainer.stages.flaws import arm_runs, collect_arms  # noqa: E402
+
+TUNER = "tpe"  # the record's tuner arm (flaws.tuner's default)
+
+
+def banked_seeds(bank: Path, flaw: str) -> list[int]:
+    return sorted(int(p.stem.removeprefix("seed")) for p in (bank / flaw).glob("seed*.json"))
+
+
+def unit_job_seconds(results: Path, runs: set[str]) -> dict:
+    """Job-seconds per run folder and arm of one seed's runs (their Snakemake benchmark files)."""
+    per: dict[str, dict[str, dict[str, float]]] = {}
+    for run in sorted(runs):
+        folder = results / run
+        arm_run = run.rsplit("-", 1)[1] if run.endswith(f"-{TUNER}") else None
+        for tsv in sorted((folder / "benchmarks").rglob("*.tsv")) if (folder / "benchmarks").is_dir() else []:
+            slot = per.setdefault(run, {}).setdefault(arm_of(tsv.stem, arm_run), {"job_s": 0.0, "jobs": 0})
+            slot["job_s"] = round(slot["job_s"] + read(tsv), 1)
+            slot["jobs"] += 1
+    return per
+
+
+def bank(tree: Path, run: str, flaw_name: str, seeds: int, only: list[int], out: Path) -> list[int]:
+    """Bank every seed of ``only`` whose arms all have a test score; the seeds banked."""
+    results = tree / "results"
+    flaw = load_flaw(tree / "flaws" / flaw_name)
+    references = sorted((results / run / "flaws" / flaw_name).glob("reference-*"))
+    if not references:
+        return []
+    found = collect_arms(str(results), run, flaw, seeds, TUNER, references[-1], only)
+    runs = arm_runs(run, flaw_name, seeds, TUNER, only)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    done = []
+    for seed, entry in found.items():
+        if any(entry["arms"][arm].get("test_accuracy") is None for arm in ARMS):
+            continue
+        folder = out / flaw_name
+        folder.mkdir(parents=True, exist_ok=True)
+        for arm in ARMS:
+            answers = pd.read_parquet(entry["arms"][arm]["test_rollouts"], columns=["prompt_id", "correct"])
+            kept = folder / f"seed{seed}-{arm}.parquet"
+            answers.to_parquet(kept.with_suffix(".partial"), index=False)
+            kept.with_suffix(".partial").replace(kept)
+            entry["arms"][arm]["test_rollouts"] = kept.name  # relative to the flaw's bank folder
+        write_json(folder / f"seed{seed}.json", {
+            "flaw": flaw_name, "seed": int(seed), "commit": commit,
+            "banked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "meta": {"description": flaw.description, "knob_fixable": flaw.knob_fixable, "task": flaw.task,
+                     "experiment": flaw.experiment},
+            "entry": entry,
+            "job_seconds": unit_job_seconds(results, {r for r, _ in runs[int(seed)].values()})})
+        done.append(int(seed))
+    return done
+
+
+def outcome(flaw_name: str, seeds: int, bank_dir: Path, out: Path) -> dict:
+    """A flaw's outcome.json from its banked seeds (every seed: status ok; fewer: partial)."""
+    units = [json.loads((bank_dir / flaw_name / f"seed{s}.json").read_text()) for s in banked_seeds(bank_dir, flaw_name)]
+    entries = {}
+    for unit in units:
+        entry = unit["entry"]
+        for arm in entry["arms"].values():
+            arm["test_rollouts"] = str((bank_dir / flaw_name / arm["test_rollouts"]).resolve())
+        entries[str(unit["seed"])] = entry
+    complete = len(entries) == seeds
+    record = {"flaw": flaw_name, "status": "ok" if complete else "partial", "label": None if complete else
+              "flaw_run_failed", "detail": "" if complete else f"{len(entries)} of {seeds} seeds banked",
+              **(units[0]["meta"] if units else {}), "seeds": entries,
+              "job_seconds": round(sum(v["job_s"] for unit in units for arms in unit["job_seconds"].values()
+                                       for v in arms.values()), 1),
+              "banked_from": sorted({unit["commit"] for unit in units})}
+    write_json(out, record)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("bank", "outcome"))
+    parser.add_argument("--tree", type=Path, required=True)
+    parser.add_argument("--run", default="record-flaws")
+    parser.add_argument("--flaw", required=True)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--only", type=int, nargs="*", default=[])
+    parser.add_argument("--bank", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.action == "bank":
+        print(json.dumps({"flaw": args.flaw, "banked": bank(args.tree, args.run, args.flaw, args.seeds,
+                                                              args.only or list(range(args.seeds)), args.bank)}))
+    else:
+        record = outcome(args.flaw, args.seeds, args.bank, args.out)
+        print(json.dumps({"flaw": args.flaw, "status": record["status"], "seeds": sorted(record["seeds"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""benchmarks/record_bank.py: a finished (flaw, seed) kept in the repository reads back as the same seed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from evotrainer.contracts.flaw import load_flaw
+from evotrainer.report.flaws import ARMS, seed_matrix, suite_table
+from evotrainer.stages.flaws import arm_runs, collect_arms
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("record_bank", REPO / "benchmarks" / "record_bank.py")
+record_bank = sys.modules.setdefault("record_bank", importlib.util.module_from_spec(SPEC))
+SPEC.loader.exec_module(record_bank)
+
+FLAW = "arith_curriculum_starves"
+RUN = "record-flaws"
+
+
+def _tree(tmp_path: Path, seeds: int, missing: tuple[int, str] | None = None) -> Path:
+    """A worktree whose results hold every arm's test answers for ``seeds`` seeds (but ``missing``: (seed, arm))."""
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "flaws" / FLAW, tree / "flaws" / FLAW)
+    (tree / "results" / RUN / "flaws" / FLAW / "reference-0123").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x"],
+                   cwd=tree, check=True)
+    rng = np.random.default_rng(0)
+    for seed, arms in arm_runs(RUN, FLAW, seeds, "tpe").items():
+        for arm, (run, evaluated) in arms.items():
+            if missing == (seed, arm):
+                continue
+            folder = tree / "results" / run / "eval" / evaluated
+            folder.mkdir(parents=True, exist_ok=True)
+            correct = rng.random(40) < 0.2 + 0.1 * ARMS.index(arm)
+            pd.DataFrame({"prompt_id": [f"p{i}" for i in range(40)], "correct": correct,
+                          "response": ["long text"] * 40}).to_parquet(folder / "test_rollouts.parquet")
+            (folder / "test_metrics.json").write_text(json.dumps({"test_accuracy": float(correct.mean())}))
+            bench = tree / "results" / run / "benchmarks"
+            bench.mkdir(exist_ok=True)
+            (bench / f"evaluate_{evaluated}.tsv").write_text("s\th:m:s\n12.5\t0:00:12\n")
+    return tree
+
+
+def test_a_banked_seed_reads_back_as_the_seed_it_was_and_a_seed_with_an_arm_missing_waits(tmp_path):
+    tree, bank = _tree(tmp_path, 3, missing=(1, "tuner")), tmp_path / "bank"
+    assert record_bank.bank(tree, RUN, FLAW, 5, [0, 1, 2], bank) == [0, 2]
+    assert record_bank.banked_seeds(bank, FLAW) == [0, 2]
+    kept = pd.read_parquet(bank / FLAW / "seed0-loop.parquet")
+    assert list(kept.columns) == ["prompt_id", "correct"]  # only what the table reads
+    unit = json.loads((bank / FLAW / "seed0.json").read_text())
+    assert unit["meta"]["task"] and sum(v["job_s"] for arms in unit["job_seconds"].values() for v in arms.values()) \
+        == 12.5 * 6  # six evaluated arms' test jobs in the seed's two runs (the loop's and the tuner's)
+    shutil.rmtree(tree / "results" / f"{RUN}-{FLAW}-seed0")  # the fresh checkout: the worktree's runs are gone
+    outcome = record_bank.outcome(FLAW, 5, bank, tmp_path / "outcome.json")
+    assert outcome["status"] == "partial" and sorted(outcome["seeds"]) == ["0", "2"]
+    original = collect_arms(str(tmp_path / "tree" / "results"), RUN, load_flaw(tree / "flaws" / FLAW), 5, "tpe",
+                            tree / "results" / RUN / "flaws" / FLAW / "reference-0123", [2])["2"]
+    assert np.array_equal(seed_matrix(outcome["seeds"]["2"]), seed_matrix(original))
+    assert seed_matrix(outcome["seeds"]["0"]) is not None
+    assert json.loads((tmp_path / "outcome.json").read_text())["seeds"].keys() == {"0", "2"}
+
+
+def test_the_table_reads_the_banked_outcomes_as_it_reads_a_flaw_jobs(tmp_path):
+    tree, bank = _tree(tmp_path, 5), tmp_path / "bank"
+    assert record_bank.bank(tree, RUN, FLAW, 5, [0, 1, 2, 3, 4], bank) == [0, 1, 2, 3, 4]
+    outcome = record_bank.outcome(FLAW, 5, bank, tmp_path / "outcome.json")
+    assert outcome["status"] == "ok"
+    row = suite_table([outcome], tuner="tpe", seeds=5, min_gap=0.10)["flaws"][0]
+    assert row["seeds_scored"] == 5 and row["flaw"] == FLAW
