@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/record.py headline-arithmetic [--seeds 5] [--cores 2] [--dry-run]
     .venv/bin/python benchmarks/record.py headline-code
     .venv/bin/python benchmarks/record.py flaws
-    .venv/bin/python benchmarks/record.py flaws --collect-only     # the JSON from what has finished so far
+    .venv/bin/python benchmarks/record.py flaws --collect-only     # the JSON (and bank) from what has finished
 
 Each table is one Snakemake target with its configuration fixed here (``TABLES``: the arms, the seeds, the
 selection rule in force), run in a git worktree of the commit the table was started on
@@ -11,7 +11,11 @@ selection rule in force), run in a git worktree of the commit the table was star
 that every seed of a table ran on one commit. Snakemake resumes: run the same command again after an interrupt or
 in the next session, and it trains only what is missing (a lock that a killed Snakemake left is removed first, where
 no snakemake runs in the worktree). Ctrl-C or SIGTERM stops Snakemake cleanly and the call is still recorded,
-marked ``interrupted``. After each call it writes
+marked ``interrupted``. The flaws table runs flaw by flaw (``Table.units``) and keeps each finished (flaw, seed)
+in the repository (``BANK``, benchmarks/record_bank.py: commit it), because a session may begin in a fresh
+checkout without the worktree and results, which git ignores: a record not finished then starts a new worktree on
+the commit its JSON names, and runs only the seeds the bank lacks; the table is tabled from the bank at the end.
+After each call it writes
 ``docs/measured/record-<table>.json``: the table's own JSON as the workflow wrote it (per-seed values, intervals,
 verdicts; absent until every seed has finished), the commit, the command, each call's wall time and machine, and
 the job-seconds per run folder and arm from the jobs' Snakemake benchmark files. docs/measured/record.md reads them.
@@ -329,8 +333,11 @@ def main(argv: list[str] | None = None) -> int:
           f" (started there; HEAD is {head}: the table's seeds all run on {commit})"), file=sys.stderr)
     calls = list(previous.get("calls", [])) if previous.get("commit") == commit else []
     rc = 0
+    env = os.environ | {"PYTHONPATH": str(tree / "src")}
+    if args.collect_only and table.units:  # bank the seeds finished so far (a running call banks its own at its end)
+        for flaw, missing in pending_units(table, args.seeds):
+            bank_step(tree, env, "bank", flaw, args.seeds, "--run", table.run, "--only", *map(str, missing))
     if not args.collect_only:
-        env = os.environ | {"PYTHONPATH": str(tree / "src")}
         if unlock_if_stale(tree, env):
             print(f"record: removed the lock a stopped Snakemake left in {tree} (snakemake --unlock)", file=sys.stderr)
         if table.units:
