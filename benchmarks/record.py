@@ -279,8 +279,8 @@ def call(command: list[str], tree: Path, env: dict, calls: list[dict], **unit) -
 
 
 def bank_step(tree: Path, env: dict, action: str, flaw: str, seeds: int, *extra: str) -> dict:
-    """record_bank.py's ``action`` for one flaw, run by the worktree's own copy and code (its commit's)."""
-    proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "record_bank.py"), action, "--tree", str(tree),
+    """record_bank.py's ``action`` for one flaw, in the worktree, on its commit's package (``env``'s PYTHONPATH)."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_bank.py"), action, "--tree", str(tree),
                            "--flaw", flaw, "--seeds", str(seeds), "--bank", str(BANK), *extra],
                           cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode:

@@ -5,7 +5,8 @@ checkout (its worktree and results are ignored by git, and a new session may sta
     python benchmarks/record_bank.py outcome --tree T --flaw F --seeds 5 --bank DIR --out OUTCOME
 
 benchmarks/record.py runs it in the table's worktree, with that commit's ``src`` first on ``PYTHONPATH``, so that a
-seed is read by the code it ran on. ``bank`` keeps every seed of ``--only`` whose six arms have a test score, as
+seed is read by the package code it ran on. ``bank`` keeps every seed of ``--only`` whose six arms have a test score
+and whose runs have their summaries (the loop's repairs and charge are read from its summary), as
 ``DIR/<flaw>/seed<s>.json`` (the seed's outcome entry as the `flaw` stage reads it, its flaw's metadata, the
 commit, the job-seconds per run folder and arm) and ``DIR/<flaw>/seed<s>-<arm>.parquet`` (each arm's test answers,
 ``prompt_id`` and ``correct``: what the table reads of them); a seed with an arm missing is left for the next call.
@@ -30,6 +31,7 @@ from arm_job_seconds import arm_of, read  # noqa: E402
 
 from evotrainer.atomic import write_json  # noqa: E402
 from evotrainer.contracts.flaw import load_flaw  # noqa: E402
+from evotrainer.layout import RunLayout  # noqa: E402
 from evotrainer.report.flaws import ARMS  # noqa: E402
 from evotrainer.stages.flaws import arm_runs, collect_arms  # noqa: E402
 
@@ -66,7 +68,9 @@ def bank(tree: Path, run: str, flaw_name: str, seeds: int, only: list[int], out:
                             check=True).stdout.strip()
     done = []
     for seed, entry in found.items():
-        if any(entry["arms"][arm].get("test_accuracy") is None for arm in ARMS):
+        summaries = [RunLayout.at(results, r).summary for r in {r for r, _ in runs[int(seed)].values()}]
+        if any(entry["arms"][arm].get("test_accuracy") is None for arm in ARMS) or \
+                not all(path.is_file() for path in summaries):  # the loop's repairs and charge are in its summary
             continue
         folder = out / flaw_name
         folder.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,8 @@ RUN = "record-flaws"
 
 
 def _tree(tmp_path: Path, seeds: int, missing: tuple[int, str] | None = None) -> Path:
-    """A worktree whose results hold every arm's test answers for ``seeds`` seeds (but ``missing``: (seed, arm))."""
+    """A worktree whose results hold every arm's test answers and every run's summary for ``seeds`` seeds (but
+    ``missing``: (seed, arm), or (seed, "summary"): that seed's runs without their summaries)."""
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "flaws" / FLAW, tree / "flaws" / FLAW)
     (tree / "results" / RUN / "flaws" / FLAW / "reference-0123").mkdir(parents=True)
@@ -44,6 +45,8 @@ def _tree(tmp_path: Path, seeds: int, missing: tuple[int, str] | None = None) ->
             pd.DataFrame({"prompt_id": [f"p{i}" for i in range(40)], "correct": correct,
                           "response": ["long text"] * 40}).to_parquet(folder / "test_rollouts.parquet")
             (folder / "test_metrics.json").write_text(json.dumps({"test_accuracy": float(correct.mean())}))
+            if missing != (seed, "summary"):
+                (tree / "results" / run / "summary.json").write_text(json.dumps({"ledger": {"search": {"charged": 9}}}))
             bench = tree / "results" / run / "benchmarks"
             bench.mkdir(exist_ok=True)
             (bench / f"evaluate_{evaluated}.tsv").write_text("s\th:m:s\n12.5\t0:00:12\n")
@@ -67,6 +70,14 @@ def test_a_banked_seed_reads_back_as_the_seed_it_was_and_a_seed_with_an_arm_miss
     assert np.array_equal(seed_matrix(outcome["seeds"]["2"]), seed_matrix(original))
     assert seed_matrix(outcome["seeds"]["0"]) is not None
     assert json.loads((tmp_path / "outcome.json").read_text())["seeds"].keys() == {"0", "2"}
+
+
+def test_a_seed_waits_for_its_summaries_which_hold_the_loops_repairs_and_charge(tmp_path):
+    """The loop's test score comes before its run's summary (the summary reads it): a seed banked in between would
+    lack the loop's repairs and charge."""
+    tree, bank = _tree(tmp_path, 2, missing=(1, "summary")), tmp_path / "bank"
+    assert record_bank.bank(tree, RUN, FLAW, 5, [0, 1], bank) == [0]
+    assert json.loads((bank / FLAW / "seed0.json").read_text())["entry"]["arms"]["loop"]["charged"] == 9
 
 
 def test_the_table_reads_the_banked_outcomes_as_it_reads_a_flaw_jobs(tmp_path):
