@@ -247,7 +247,7 @@ def pending_units(table: Table, seeds: int, bank: Path = BANK) -> list[tuple[str
             if (missing := [s for s in range(seeds) if not (bank / flaw / f"seed{s}.json").is_file()])]
 
 
-def collect(name: str, table: Table, tree: Path, commit: str, seeds: int, calls: list[dict], out: Path) -> dict:
+def collect(name: str, table: Table, tree: Path, commit: str, seeds: int, calls: list[dict], env: dict) -> dict:
     """The table's record from what its worktree (and, for a table of units, the bank) holds now."""
     result_path = tree / "results" / table.result
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
@@ -264,7 +264,10 @@ def collect(name: str, table: Table, tree: Path, commit: str, seeds: int, calls:
                    for folder, arms in unit["job_seconds"].items()} | spent["per_run_and_arm"]
         total = sum(v["job_s"] for arms in folders.values() for v in arms.values())
         record |= {"bank": str(BANK.relative_to(REPO)), "banked": kept,
-                   "job_seconds": {"per_run_and_arm": folders, "total": round(total, 1)}}
+                   "job_seconds": {"per_run_and_arm": folders, "total": round(total, 1)},
+                   # each flaw whose seeds are all banked: its row of the table (record_bank.py row)
+                   "rows_so_far": {flaw: bank_step(tree, env, "row", flaw, seeds).get("row")
+                                   for flaw, units in kept.items() if len(units) == seeds}}
     return record
 
 
@@ -299,7 +302,9 @@ def run_units(table: Table, seeds: int, cores: int, tree: Path, env: dict, calls
         (tree / "results" / table.run / "flaws" / flaw / "outcome.json").unlink(missing_ok=True)
         rc, interrupted = call(snakemake_command(table, seeds, cores, flaw, missing), tree, env, calls,
                                unit=flaw, seeds=missing)
-        bank_step(tree, env, "bank", flaw, seeds, "--run", table.run, "--only", *map(str, missing))
+        still = [s for s in missing if not (BANK / flaw / f"seed{s}.json").is_file()]  # --collect-only banks too
+        if still:
+            bank_step(tree, env, "bank", flaw, seeds, "--run", table.run, "--only", *map(str, still))
         if interrupted:
             return rc, True
     if pending_units(table, seeds):  # a seed whose arms did not all finish: the next call runs it again
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rc, interrupted = call(snakemake_command(table, args.seeds, args.cores), tree, env, calls)
         rc = 130 if interrupted else rc
-    record = collect(args.table, table, tree, commit, args.seeds, calls, out)
+    record = collect(args.table, table, tree, commit, args.seeds, calls, env)
     write_record(out, record)
     print(json.dumps({k: record[k] for k in ("table", "commit", "finished")} | {"job_s": record["job_seconds"]["total"],
                                                                               "json": str(out)}, indent=2))

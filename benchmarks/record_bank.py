@@ -3,6 +3,7 @@ checkout (its worktree and results are ignored by git, and a new session may sta
 
     python benchmarks/record_bank.py bank --tree T --run RUN --flaw F --seeds 5 --only 3 4 --bank DIR
     python benchmarks/record_bank.py outcome --tree T --flaw F --seeds 5 --bank DIR --out OUTCOME
+    python benchmarks/record_bank.py row --tree T --flaw F --seeds 5 --bank DIR
 
 benchmarks/record.py runs it in the table's worktree, with that commit's ``src`` first on ``PYTHONPATH``, so that a
 seed is read by the package code it ran on. ``bank`` keeps every seed of ``--only`` whose six arms have a test score
@@ -11,7 +12,10 @@ and whose runs have their summaries (the loop's repairs and charge are read from
 commit, the job-seconds per run folder and arm) and ``DIR/<flaw>/seed<s>-<arm>.parquet`` (each arm's test answers,
 ``prompt_id`` and ``correct``: what the table reads of them); a seed with an arm missing is left for the next call.
 ``outcome`` writes a flaw's ``outcome.json`` from its banked seeds (paths to the banked answers), which the suite's
-`flaws` stage tables as it tables the outcomes a `flaw` job writes. Prints JSON.
+`flaws` stage tables as it tables the outcomes a `flaw` job writes. ``row``: the table's row of a flaw whose seeds
+are all banked (report/flaws.py's ``suite_table`` on that outcome alone, under the default ``flaws.min_gap`` and
+``search.confidence``, which the record does not change), so that a finished flaw's verdict is on record before the
+whole table's. Prints JSON.
 """
 
 from __future__ import annotations
@@ -111,9 +115,26 @@ def outcome(flaw_name: str, seeds: int, bank_dir: Path, out: Path) -> dict:
     return record
 
 
+def row(flaw_name: str, seeds: int, bank_dir: Path, tree: Path) -> dict | None:
+    """The table's row of one flaw from its banked seeds; None until every seed is banked."""
+    from evotrainer.config import compose
+    from evotrainer.report.flaws import suite_table
+
+    if len(banked_seeds(bank_dir, flaw_name)) < seeds:
+        return None
+    cfg = compose([], conf_dir=tree / "conf")
+    scratch = bank_dir / flaw_name / ".outcome.json.tmp"
+    try:
+        record = outcome(flaw_name, seeds, bank_dir, scratch)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return suite_table([record], tuner=TUNER, seeds=seeds, min_gap=cfg.flaws.min_gap,
+                       confidence=cfg.search.confidence)["flaws"][0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("bank", "outcome"))
+    parser.add_argument("action", choices=("bank", "outcome", "row"))
     parser.add_argument("--tree", type=Path, required=True)
     parser.add_argument("--run", default="record-flaws")
     parser.add_argument("--flaw", required=True)
@@ -125,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "bank":
         print(json.dumps({"flaw": args.flaw, "banked": bank(args.tree, args.run, args.flaw, args.seeds,
                                                               args.only or list(range(args.seeds)), args.bank)}))
+    elif args.action == "row":
+        print(json.dumps({"flaw": args.flaw, "row": row(args.flaw, args.seeds, args.bank, args.tree)}))
     else:
         record = outcome(args.flaw, args.seeds, args.bank, args.out)
         print(json.dumps({"flaw": args.flaw, "status": record["status"], "seeds": sorted(record["seeds"])}))

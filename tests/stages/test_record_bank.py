@@ -87,3 +87,6 @@ def test_the_table_reads_the_banked_outcomes_as_it_reads_a_flaw_jobs(tmp_path):
     assert outcome["status"] == "ok"
     row = suite_table([outcome], tuner="tpe", seeds=5, min_gap=0.10)["flaws"][0]
     assert row["seeds_scored"] == 5 and row["flaw"] == FLAW
+    assert record_bank.row(FLAW, 5, bank, REPO) == row  # the record's row of a finished flaw: the same
+    (bank / FLAW / "seed3.json").unlink()
+    assert record_bank.row(FLAW, 5, bank, REPO) is None  # a seed short: no row yet
