@@ -289,7 +289,7 @@ def bank_step(tree: Path, env: dict, action: str, flaw: str, seeds: int, *extra:
     if proc.returncode:
         print(f"record: record_bank.py {action} {flaw} failed: {proc.stderr[-2000:]}", file=sys.stderr)
         return {}
-    print(f"record: {proc.stdout.strip()}", file=sys.stderr)
+    print(f"record: {proc.stdout.strip()[:300]}", file=sys.stderr)  # a row in full is in the JSON
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
