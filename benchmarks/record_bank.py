@@ -4,6 +4,7 @@ checkout (its worktree and results are ignored by git, and a new session may sta
     python benchmarks/record_bank.py bank --tree T --run RUN --flaw F --seeds 5 --only 3 4 --bank DIR
     python benchmarks/record_bank.py outcome --tree T --flaw F --seeds 5 --bank DIR --out OUTCOME
     python benchmarks/record_bank.py row --tree T --flaw F --seeds 5 --bank DIR
+    python benchmarks/record_bank.py markdown --record docs/measured/record-flaws.json [--flaw F]
 
 benchmarks/record.py runs it in the table's worktree, with that commit's ``src`` first on ``PYTHONPATH``, so that a
 seed is read by the package code it ran on. ``bank`` keeps every seed of ``--only`` whose six arms have a test score
@@ -15,7 +16,8 @@ commit, the job-seconds per run folder and arm) and ``DIR/<flaw>/seed<s>-<arm>.p
 `flaws` stage tables as it tables the outcomes a `flaw` job writes. ``row``: the table's row of a flaw whose seeds
 are all banked (report/flaws.py's ``suite_table`` on that outcome alone, under the default ``flaws.min_gap`` and
 ``search.confidence``, which the record does not change), so that a finished flaw's verdict is on record before the
-whole table's. Prints JSON.
+whole table's. Prints JSON. ``markdown`` prints, from the record's JSON alone, the table record.md shows for each
+finished flaw (``rows_so_far``), so that no number in it is copied by hand.
 """
 
 from __future__ import annotations
@@ -132,17 +134,54 @@ def row(flaw_name: str, seeds: int, bank_dir: Path, tree: Path) -> dict | None:
                        confidence=cfg.search.confidence)["flaws"][0]
 
 
+ROW_LABELS = {"loop": "loop", "tuner": "TPE", "reference": "shipped harness", "flawed": "flawed, whole charge",
+              "flawed_matched": "flawed, the loop's returned charge", "warm_start": "warm start"}
+
+
+def markdown(row: dict) -> str:
+    """One finished flaw's table: each arm's charge and mean test accuracy; the loop's and the tuner's recovery per
+    seed, its interval and verdict."""
+    def signed(value: float | None) -> str:  # a seed without a gap to recover has no recovery
+        return "none" if value is None else f"{value:+.3f}".replace("-", "\u2212")
+
+    lines = [f"`{row['flaw']}`: {row['description']} ({row['task']}{', ' + row['experiment'] if row['experiment'] else ''}"
+             f", {row['seeds_scored']} seeds, {row['job_seconds']:,.0f} job-seconds; the best floor: "
+             f"{ROW_LABELS[row['best_floor']['arm']]}; admitted: {'yes' if row['admitted'] else 'no'})", "",
+             "| arm | charged a seed | test, mean of the seeds | recovery per seed | recovery [95% t-interval] | verdict |",
+             "|---|---|---|---|---|---|"]
+    for arm, label in ROW_LABELS.items():
+        charged, test = row["charged"].get(arm), row["test_accuracy"].get(arm)
+        cells = [label, "" if charged is None else f"{charged:,.0f}", "" if test is None else f"{test:.4g}", "", "", ""]
+        if arm in row.get("recovery", {}) and row["recovery"][arm] is not None:
+            interval = (row.get("recovery_ci") or {}).get(arm)
+            cells[3] = ", ".join(signed(v) for v in row["recovery_per_seed"][arm])
+            cells[4] = signed(row["recovery"][arm]) + (f" [{signed(interval[0])}, {signed(interval[1])}]"
+                                                       if interval else " (no interval)")
+            cells[5] = row["verdict"][arm].replace("_", " ")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("bank", "outcome", "row"))
-    parser.add_argument("--tree", type=Path, required=True)
+    parser.add_argument("action", choices=("bank", "outcome", "row", "markdown"))
+    parser.add_argument("--tree", type=Path)
     parser.add_argument("--run", default="record-flaws")
-    parser.add_argument("--flaw", required=True)
+    parser.add_argument("--flaw")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--only", type=int, nargs="*", default=[])
-    parser.add_argument("--bank", type=Path, required=True)
+    parser.add_argument("--bank", type=Path)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--record", type=Path, help="markdown: the record's JSON")
     args = parser.parse_args(argv)
+    if args.action == "markdown":
+        if args.record is None:
+            parser.error("markdown needs --record")
+        rows = json.loads(args.record.read_text()).get("rows_so_far", {})
+        print("\n\n".join(markdown(r) for name, r in rows.items() if args.flaw in (None, name)))
+        return 0
+    if args.tree is None or args.flaw is None or args.bank is None:
+        parser.error(f"{args.action} needs --tree, --flaw and --bank")
     if args.action == "bank":
         print(json.dumps({"flaw": args.flaw, "banked": bank(args.tree, args.run, args.flaw, args.seeds,
                                                               args.only or list(range(args.seeds)), args.bank)}))

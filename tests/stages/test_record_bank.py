@@ -90,3 +90,28 @@ def test_the_table_reads_the_banked_outcomes_as_it_reads_a_flaw_jobs(tmp_path):
     assert record_bank.row(FLAW, 5, bank, REPO) == row  # the record's row of a finished flaw: the same
     (bank / FLAW / "seed3.json").unlink()
     assert record_bank.row(FLAW, 5, bank, REPO) is None  # a seed short: no row yet
+
+
+def test_the_markdown_table_is_the_rows_numbers_and_a_row_without_recovery_renders_blank(tmp_path):
+    tree, bank = _tree(tmp_path, 5), tmp_path / "bank"
+    record_bank.bank(tree, RUN, FLAW, 5, [0, 1, 2, 3, 4], bank)
+    row = {**record_bank.row(FLAW, 5, bank, REPO), "recovery": {"loop": -0.5791, "tuner": 1.0512},
+           "recovery_ci": {"loop": [-1.2641, 0.1049], "tuner": [0.8581, 1.2449]},
+           "recovery_per_seed": {"loop": [0.1, -1.2, None, -0.7, -0.6], "tuner": [1.0, 1.1, 1.0, 0.8, 1.2]},
+           "verdict": {"loop": "does_not", "tuner": "recovers"}}  # the fabricated seeds have no gap to recover
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in record_bank.markdown(row).splitlines()
+             if line.startswith("| ") and not line.startswith("| arm")}
+    assert set(lines) == set(record_bank.ROW_LABELS.values())
+    for arm, label in record_bank.ROW_LABELS.items():
+        assert f"| {row['test_accuracy'][arm]:.4g} |" in lines[label]
+    low, high = row["recovery_ci"]["tuner"]
+    assert f"[{low:+.3f}, {high:+.3f}]".replace("-", "\u2212") in lines["TPE"]
+    assert lines["TPE"].endswith("| recovers |") and lines["loop"].endswith("| does not |")
+    assert "+0.100, −1.200, none, −0.700, −0.600 | −0.579 [−1.264, +0.105]" in lines["loop"]
+    blank = {**row, "recovery": {"loop": None, "tuner": None}}
+    assert record_bank.markdown(blank).count("| recovers |") == 0
+    out = tmp_path / "record.json"
+    out.write_text(json.dumps({"rows_so_far": {FLAW: row}}))
+    printed = subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_bank.py"), "markdown", "--record",
+                              str(out)], capture_output=True, text=True, check=True).stdout
+    assert printed.strip() == record_bank.markdown(row)
