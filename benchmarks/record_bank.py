@@ -145,13 +145,14 @@ def markdown(row: dict) -> str:
         return "none" if value is None else f"{value:+.3f}".replace("-", "\u2212")
 
     lines = [f"`{row['flaw']}`: {row['description']} ({row['task']}{', ' + row['experiment'] if row['experiment'] else ''}"
-             f", {row['seeds_scored']} seeds, {row['job_seconds']:,.0f} job-seconds; the best floor: "
-             f"{ROW_LABELS[row['best_floor']['arm']]}; admitted: {'yes' if row['admitted'] else 'no'})", "",
+             f", {row['seeds_scored']} seeds, {row['job_seconds']:,.0f} job-seconds; admitted: "
+             f"{'yes' if row['admitted'] else 'no'})", "",
              "| arm | charged a seed | test, mean of the seeds | recovery per seed | recovery [95% t-interval] | verdict |",
              "|---|---|---|---|---|---|"]
     for arm, label in ROW_LABELS.items():
         charged, test = row["charged"].get(arm), row["test_accuracy"].get(arm)
-        cells = [label, "" if charged is None else f"{charged:,.0f}", "" if test is None else f"{test:.4g}", "", "", ""]
+        best = arm == (row.get("best_floor") or {}).get("arm")
+        cells = [label + (" (best floor)" if best else ""), "" if charged is None else f"{charged:,.0f}", "" if test is None else f"{test:.4g}", "", "", ""]
         if arm in row.get("recovery", {}) and row["recovery"][arm] is not None:
             interval = (row.get("recovery_ci") or {}).get(arm)
             cells[3] = ", ".join(signed(v) for v in row["recovery_per_seed"][arm])

@@ -99,9 +99,11 @@ def test_the_markdown_table_is_the_rows_numbers_and_a_row_without_recovery_rende
            "recovery_ci": {"loop": [-1.2641, 0.1049], "tuner": [0.8581, 1.2449]},
            "recovery_per_seed": {"loop": [0.1, -1.2, None, -0.7, -0.6], "tuner": [1.0, 1.1, 1.0, 0.8, 1.2]},
            "verdict": {"loop": "does_not", "tuner": "recovers"}}  # the fabricated seeds have no gap to recover
-    lines = {line.split(" | ")[0].lstrip("| "): line for line in record_bank.markdown(row).splitlines()
+    lines = {line.split(" | ")[0].lstrip("| ").removesuffix(" (best floor)"): line for line in record_bank.markdown(row).splitlines()
              if line.startswith("| ") and not line.startswith("| arm")}
     assert set(lines) == set(record_bank.ROW_LABELS.values())
+    best = record_bank.ROW_LABELS[row["best_floor"]["arm"]]
+    assert lines[best].startswith(f"| {best} (best floor) |")
     for arm, label in record_bank.ROW_LABELS.items():
         assert f"| {row['test_accuracy'][arm]:.4g} |" in lines[label]
     low, high = row["recovery_ci"]["tuner"]
