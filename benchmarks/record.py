@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -293,21 +294,25 @@ def bank_step(tree: Path, env: dict, action: str, flaw: str, seeds: int, *extra:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_units(table: Table, seeds: int, cores: int, tree: Path, env: dict, calls: list[dict]) -> tuple[int, bool]:
+def run_units(table: Table, seeds: int, cores: int, tree: Path, env: dict, calls: list[dict],
+              after_unit: Callable[[], None] = lambda: None, bank: Path = BANK) -> tuple[int, bool]:
     """A table of units: each flaw's seeds not yet banked (one Snakemake call per flaw), each finished seed banked
-    after its call, interrupted or not; once every seed is banked, the table from the banked outcomes."""
+    after its call, interrupted or not, and ``after_unit`` called (the record's JSON written, so that the calls are
+    on record even if this process is killed later); once every seed is banked, the table from the banked
+    outcomes."""
     rc = 0
-    for flaw, missing in pending_units(table, seeds):
+    for flaw, missing in pending_units(table, seeds, bank):
         # the flaw's job runs again for these seeds (an outcome left by an earlier call would stand in for it)
         (tree / "results" / table.run / "flaws" / flaw / "outcome.json").unlink(missing_ok=True)
         rc, interrupted = call(snakemake_command(table, seeds, cores, flaw, missing), tree, env, calls,
                                unit=flaw, seeds=missing)
-        still = [s for s in missing if not (BANK / flaw / f"seed{s}.json").is_file()]  # --collect-only banks too
+        still = [s for s in missing if not (bank / flaw / f"seed{s}.json").is_file()]  # --collect-only banks too
         if still:
             bank_step(tree, env, "bank", flaw, seeds, "--run", table.run, "--only", *map(str, still))
+        after_unit()
         if interrupted:
             return rc, True
-    if pending_units(table, seeds):  # a seed whose arms did not all finish: the next call runs it again
+    if pending_units(table, seeds, bank):  # a seed whose arms did not all finish: the next call runs it again
         return rc or 1, False
     for flaw in table.units:
         bank_step(tree, env, "outcome", flaw, seeds, "--out",
@@ -346,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         if unlock_if_stale(tree, env):
             print(f"record: removed the lock a stopped Snakemake left in {tree} (snakemake --unlock)", file=sys.stderr)
         if table.units:
-            rc, interrupted = run_units(table, args.seeds, args.cores, tree, env, calls)
+            rc, interrupted = run_units(table, args.seeds, args.cores, tree, env, calls, after_unit=lambda: write_record(
+                out, collect(args.table, table, tree, commit, args.seeds, calls, env)))
         else:
             rc, interrupted = call(snakemake_command(table, args.seeds, args.cores), tree, env, calls)
         rc = 130 if interrupted else rc

@@ -293,3 +293,29 @@ def test_seeds_only_outside_the_seeds_is_refused():
 
     with pytest.raises(ConfigError, match="flaws.seeds_only names seeds \\[5\\]"):
         compose(["flaws.seeds=5", "flaws.seeds_only=[1,5]"])
+
+
+def test_the_record_is_written_after_each_flaws_call_so_a_killed_run_keeps_its_calls(tmp_path, monkeypatch):
+    """The record's JSON holds the calls made; a run killed later (a session's end) must not lose the calls before."""
+    table, written = record.TABLES["flaws"], []
+
+    def fake_call(command, tree, env, calls, **unit):
+        calls.append(unit)
+        return (130, True) if len(calls) == 2 else (0, False)  # the second flaw's call is interrupted
+
+    def fake_bank(tree, env, action, flaw, seeds, *extra):
+        assert action == "bank"
+        only = extra[extra.index("--only") + 1:]
+        if len(written) == 0:  # the first flaw's call finished every seed
+            (tmp_path / flaw).mkdir()
+            for s in only:
+                (tmp_path / flaw / f"seed{s}.json").write_text("{}")
+        return {}
+
+    monkeypatch.setattr(record, "call", fake_call)
+    monkeypatch.setattr(record, "bank_step", fake_bank)
+    calls: list[dict] = []
+    rc, interrupted = record.run_units(table, 5, 2, tmp_path, {}, calls,
+                                       after_unit=lambda: written.append([c["unit"] for c in calls]), bank=tmp_path)
+    assert (rc, interrupted) == (130, True)
+    assert written == [[table.units[0]], list(table.units[:2])]  # on record after each call, the interrupted one too
