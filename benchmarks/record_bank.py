@@ -5,6 +5,7 @@ checkout (its worktree and results are ignored by git, and a new session may sta
     python benchmarks/record_bank.py outcome --tree T --flaw F --seeds 5 --bank DIR --out OUTCOME
     python benchmarks/record_bank.py row --tree T --flaw F --seeds 5 --bank DIR
     python benchmarks/record_bank.py markdown --record docs/measured/record-flaws.json [--flaw F]
+    python benchmarks/record_bank.py readme --record docs/measured/record-flaws.json
 
 benchmarks/record.py runs it in the table's worktree, with that commit's ``src`` first on ``PYTHONPATH``, so that a
 seed is read by the package code it ran on. ``bank`` keeps every seed of ``--only`` whose six arms have a test score
@@ -17,7 +18,8 @@ commit, the job-seconds per run folder and arm) and ``DIR/<flaw>/seed<s>-<arm>.p
 are all banked (report/flaws.py's ``suite_table`` on that outcome alone, under the default ``flaws.min_gap`` and
 ``search.confidence``, which the record does not change), so that a finished flaw's verdict is on record before the
 whole table's. Prints JSON. ``markdown`` prints, from the record's JSON alone, the table record.md shows for each
-finished flaw (``rows_so_far``), so that no number in it is copied by hand.
+finished flaw (``rows_so_far``), so that no number in it is copied by hand; ``readme`` the README's flaws table, a
+row per flaw of the record (recovery, interval and verdict for the loop and TPE; a flaw not finished says so).
 """
 
 from __future__ import annotations
@@ -163,9 +165,35 @@ def markdown(row: dict) -> str:
     return "\n".join(lines)
 
 
+def readme_table(record: dict, flaws: dict[str, tuple[str, str, str | None]], json_link: str) -> str:
+    """The README's flaws table: a row per flaw of the record (``flaws``: name -> its description, task and
+    experiment), its loop's and TPE's recovery with the interval and verdict where every seed is banked, else
+    that it is not finished."""
+    def recovery(row: dict, arm: str) -> str:
+        interval = (row.get("recovery_ci") or {}).get(arm)
+        value = (row.get("recovery") or {}).get(arm)
+        if value is None:
+            return "no gap to recover"
+        cell = f"{value:+.2f}" + (f" [{interval[0]:+.2f}, {interval[1]:+.2f}]" if interval else " (no interval)")
+        return cell.replace("-", "\u2212") + f": {row['verdict'][arm].replace('_', ' ')}"
+
+    rows = record.get("rows_so_far", {})
+    lines = ["| flaw (domain, name) | the loop's recovery [95% t-interval]: verdict | TPE's | measured |",
+             "|---|---|---|---|"]
+    for flaw, (description, task, experiment) in flaws.items():
+        name = f"{description} ({f'`{experiment}`' if experiment else task}; `{flaw}`)"
+        row = rows.get(flaw)
+        if row is None:  # not the count of seeds banked, which would outdate the README at each seed
+            lines.append(f"| {name} | not finished | | [json]({json_link}): its seeds so far in `banked` |")
+        else:
+            lines.append(f"| {name} | {recovery(row, 'loop')} | {recovery(row, 'tuner')} "
+                         f"| [json]({json_link}), `rows_so_far` |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("bank", "outcome", "row", "markdown"))
+    parser.add_argument("action", choices=("bank", "outcome", "row", "markdown", "readme"))
     parser.add_argument("--tree", type=Path)
     parser.add_argument("--run", default="record-flaws")
     parser.add_argument("--flaw")
@@ -173,13 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, nargs="*", default=[])
     parser.add_argument("--bank", type=Path)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--record", type=Path, help="markdown: the record's JSON")
+    parser.add_argument("--record", type=Path, help="markdown, readme: the record's JSON")
     args = parser.parse_args(argv)
     if args.action == "markdown":
         if args.record is None:
             parser.error("markdown needs --record")
         rows = json.loads(args.record.read_text()).get("rows_so_far", {})
         print("\n\n".join(markdown(r) for name, r in rows.items() if args.flaw in (None, name)))
+        return 0
+    if args.action == "readme":
+        if args.record is None:
+            parser.error("readme needs --record")
+        from record import REPO, TABLES
+
+        flaws = {name: (flaw.description, flaw.task, flaw.experiment)
+                 for name in TABLES["flaws"].units for flaw in [load_flaw(REPO / "flaws" / name)]}
+        print(readme_table(json.loads(args.record.read_text()), flaws, "docs/measured/" + args.record.name))
         return 0
     if args.tree is None or args.flaw is None or args.bank is None:
         parser.error(f"{args.action} needs --tree, --flaw and --bank")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 
 import pytest
@@ -25,3 +26,11 @@ def test_every_finished_flaws_table_in_record_md_is_the_one_printed_from_the_jso
     for flaw, row in rows.items():
         table = "\n".join(line for line in record_bank.markdown(row).splitlines() if line.startswith("|"))
         assert table in page, f"record.md lacks {flaw}'s table as printed (benchmarks/record_bank.py markdown)"
+
+
+def test_the_readmes_flaws_table_is_the_one_printed_from_the_json():
+    printed = subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_bank.py"), "readme", "--record",
+                              str(REPO / "docs" / "measured" / "record-flaws.json")], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert printed in (REPO / "README.md").read_text(), (
+        "README.md's flaws table differs from `benchmarks/record_bank.py readme --record docs/measured/record-flaws.json`")

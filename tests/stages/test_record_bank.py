@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from evotrainer.contracts.flaw import load_flaw
 from evotrainer.report.flaws import ARMS, seed_matrix, suite_table
@@ -117,3 +118,29 @@ def test_the_markdown_table_is_the_rows_numbers_and_a_row_without_recovery_rende
     printed = subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_bank.py"), "markdown", "--record",
                               str(out)], capture_output=True, text=True, check=True).stdout
     assert printed.strip() == record_bank.markdown(row)
+
+
+@pytest.mark.fast
+def test_the_readme_table_has_a_row_per_flaw_of_the_record_with_verdicts_only_for_the_finished():
+    finished = {"task": "arithmetic", "experiment": None, "recovery": {"loop": 0.8771, "tuner": None},
+                "recovery_ci": {"loop": [0.2591, 1.4959]}, "verdict": {"loop": "undecided", "tuner": "no_gap"}}
+    record = {"seeds": 5, "rows_so_far": {"a_done": finished}, "banked": {"b_running": {"1": {}, "4": {}}}}
+    flaws = {"a_done": ("a done flaw", "arithmetic", None), "b_running": ("a running flaw", "arithmetic", None),
+             "c_code": ("a code flaw", None, "code_learns")}
+    lines = record_bank.readme_table(record, flaws, "docs/measured/record.json").splitlines()
+    assert len(lines) == 2 + len(flaws)
+    done, running, code = lines[2:]
+    assert done.startswith("| a done flaw (arithmetic; `a_done`) | +0.88 [+0.26, +1.50]: undecided | no gap to recover |")
+    assert "| not finished |" in running and "`banked`" in running and "undecided" not in running
+    assert code.startswith("| a code flaw (`code_learns`; `c_code`) | not finished |")
+    assert record_bank.readme_table({**record, "rows_so_far": {"a_done": {**finished, "recovery": {
+        "loop": -0.579, "tuner": None}, "recovery_ci": {}}}}, flaws, "x").splitlines()[2].startswith(
+        "| a done flaw (arithmetic; `a_done`) | \u22120.58 (no interval): undecided |")
+
+
+def test_the_readme_action_prints_every_flaw_of_the_record_table():
+    printed = subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_bank.py"), "readme", "--record",
+                              str(REPO / "docs" / "measured" / "record-flaws.json")], capture_output=True, text=True,
+                             check=True).stdout.strip().splitlines()
+    record = importlib.import_module("record")
+    assert [line.split("; `")[1].split("`)")[0] for line in printed[2:]] == list(record.TABLES["flaws"].units)
