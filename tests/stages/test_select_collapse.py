@@ -159,3 +159,83 @@ def test_a_promoted_candidate_is_carried_on_whatever_the_control_did(tmp_path):
     rows = _rows(0).assign(verdict=["rejected", "promoted"])
     successor = select.next_parent(_cfg(True), pd.DataFrame(), rows, 0, "c1", run)
     assert "policy" not in successor and successor["candidate_id"] == "c1"
+
+
+def _second_rung(run: RunLayout, cid: str, accuracy: list[float]) -> None:
+    """``cid``'s second rung as stages/second_rung.py leaves it: trained on from its first rung's policy."""
+    rung = run.gen(0).backtest(cid).second_rung
+    train_log(rung.dir, accuracy)
+    rung.policy.mkdir()
+    (rung.policy / "weights").write_text(f"rung2 {cid}")
+    (rung.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": accuracy[-1]}))
+
+
+def test_a_second_rung_that_collapsed_hands_on_the_slots_first_rung_policy(tmp_path):
+    # measured (the record, math_unreadable_answers_pass seed 3): the control's first rung was healthy (val 0.447),
+    # its second rung learned to write the answers the flawed reward pays and cannot read (val 0.000); the check
+    # read the first rung only, so the collapsed second rung went on and the run returned it (test 0.0)
+    run = _generation(tmp_path, [0.30] * 20)
+    _second_rung(run, "control", [0.45, 0.10] + [0.0] * 18)
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), _rows(0), 0, "control", run)
+    assert successor["policy"] == select.FIRST_RUNG and successor["collapse"]["start_accuracy"] == pytest.approx(0.45)
+    assert "second rung" in successor["how"]
+    out = tmp_path / "gen1"
+    assert _promote(run, successor, out) == "trained control"  # the first rung's policy, not the collapse
+    assert "# control" in (out / "harness" / "recipe.yaml").read_text()
+
+
+def test_a_healthy_second_rung_goes_on(tmp_path):
+    run = _generation(tmp_path, [0.30] * 20)
+    _second_rung(run, "control", [0.45] * 20)
+    successor = select.next_parent(_cfg(True), pd.DataFrame(), _rows(0), 0, "control", run)
+    assert "policy" not in successor
+    assert _promote(run, successor, tmp_path / "gen1") == "rung2 control"
+
+
+def test_a_continuation_after_a_collapsed_second_rung_starts_from_the_first_rung(tmp_path):
+    from evotrainer.stages import continuation
+
+    run = _generation(tmp_path, [0.30] * 20)
+    _second_rung(run, "control", [0.45, 0.10] + [0.0] * 18)
+    first_rung = run.gen(0).backtest("control")
+    chosen = {"promoted": "control",
+              "next_parent": select.next_parent(_cfg(True), pd.DataFrame(), _rows(0), 0, "control", run)}
+    policy, how = continuation.start_of(chosen, first_rung, run.gen(0).policy)
+    assert policy == first_rung.policy and "collapsed" in how
+    # and where that continuation collapses too, promote hands on the policy it started from: the first rung's
+    continued = run.gen(0).backtest("continue")
+    train_log(continued.dir, [0.45, 0.10] + [0.0] * 18)
+    continued.policy.mkdir()
+    (continued.policy / "weights").write_text("trained continue")
+    continued.harness.mkdir()
+    (continued.harness / "recipe.yaml").write_text("lr: 2.0e-3  # control\n")
+    (continued.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": 0.0}))
+    assert _promote(run, chosen["next_parent"], tmp_path / "gen1") == "trained control"
+
+
+@pytest.mark.parametrize("successor, expected", [
+    ({}, "rung2"),  # no collapse: the second rung, where the slot got to
+    ({"policy": "start"}, "start"),  # the first rung collapsed: the generation's starting policy
+    ({"policy": "first_rung"}, "first"),  # the second rung collapsed: the first rung's policy
+])
+def test_where_a_continuation_starts(tmp_path, successor, expected):
+    from evotrainer.stages import continuation
+
+    run = _generation(tmp_path, [0.30] * 20)
+    _second_rung(run, "control", [0.45] * 20)
+    first_rung = run.gen(0).backtest("control")
+    policy, _ = continuation.start_of({"promoted": "control", "next_parent": successor}, first_rung, run.gen(0).policy)
+    assert policy == {"rung2": first_rung.second_rung.policy, "start": run.gen(0).policy,
+                      "first": first_rung.policy}[expected]
+
+
+def test_a_slot_is_listed_against_the_control_on_its_own_rung(tmp_path):
+    # measured (the record, math_unreadable_answers_pass seed 3): c2 stopped at its first rung (0.513) and was listed
+    # at +0.513 against the control's second rung (0.000, a collapse); on its own rung the control had 0.447
+    backtests = tmp_path / "backtest"
+    judged = {"control": backtests / "control" / "rung2", "c1": backtests / "c1" / "rung2", "c2": backtests / "c2"}
+    against = select.rung_control_accuracy(judged, backtests, first_rung=0.447, second_rung=0.0)
+    assert against == {"control": 0.0, "c1": 0.0, "c2": 0.447}
+    # no second rung judged: every slot against the control's first rung
+    flat = {cid: backtests / cid for cid in judged}
+    assert set(select.rung_control_accuracy(flat, backtests, 0.447, 0.0).values()) == {0.447}

@@ -446,8 +446,9 @@ class SearchConf:
     headline_arms: list[str] = field(default_factory=lambda: list(DEFAULT_HEADLINE_ARMS))
     gates: bool = True
     # a kept control or a promoted candidate whose training accuracy collapsed (search.gates.training_collapse) is not
-    # the next parent: the next generation starts from this generation's starting policy with its harness; a winner's
-    # continuation that collapsed hands on the policy it started from (stages/select.py)
+    # the next parent: the next generation starts from this generation's starting policy with its harness (from its
+    # first rung's policy where only its second rung collapsed); a winner's continuation that collapsed hands on the
+    # policy it started from (stages/select.py)
     revert_collapsed_control: bool = True
     train_hang_s: float = between(900.0, 1.0, 2592000.0)  # a backtest's training with no step finished for this long fails as train_timeout
     retention: str = one_of("all", "all", "needed")  # needed: delete what no later stage reads (docs/retention.md)

@@ -154,3 +154,19 @@ def second_rung_of(run_dir: str | Path):
     except (OSError, ValueError):
         return None
     return run if status == "ok" and run.policy.is_dir() else None
+
+
+# next_parent's ``policy`` where the policy to carry on collapsed in training (select.revert_if_collapsed): what goes on
+START = "start"  # the generation's starting policy (the slot's first rung collapsed)
+FIRST_RUNG = "first_rung"  # the slot's first rung's policy (its second rung collapsed)
+
+
+def handed_on(successor: dict, slot, start: Path) -> Path:
+    """The policy of the chosen ``slot`` that the next generation (or, under rungs, the winner's continuation)
+    starts from: where the slot got to (search.second_rung: its second rung), else the policy its collapsed
+    training started from (``successor['policy']``, select.revert_if_collapsed): the generation's starting policy
+    (``start``) or the slot's first rung's."""
+    if successor.get("policy") == START:
+        return start
+    second = second_rung_of(slot.dir)
+    return slot.policy if second is None or successor.get("policy") == FIRST_RUNG else second.policy

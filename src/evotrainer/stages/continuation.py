@@ -5,7 +5,8 @@ backtest's metrics.json (last, as every backtest does) and its lineage row (``ge
 verdict ``continued``, rung 1, parent the winner), and `promote` copies its policy into the next generation.
 
 Where the kept control's training collapsed (select's ``next_parent.policy: start``), the continuation starts
-from the generation's starting policy instead, with the control's harness, as flat's next generation would.
+from the generation's starting policy instead, with the control's harness, as flat's next generation would; where
+only the winner's second rung collapsed (``policy: first_rung``), from its first rung's policy (``start_of``).
 
 The winner's harness already passed every check on its first rung; this backtest is a yardstick's (no
 kept-fraction rules, the absolute caps only). A continuation that fails keeps its failure label in its row and
@@ -26,7 +27,7 @@ from evotrainer.contracts.harness import harness_id, load_recipe
 from evotrainer.layout import RunLayout, TrainingRunLayout
 from evotrainer.search import schedule
 from evotrainer.stages import backtest, evaluation_charge
-from evotrainer.stages.common import config, second_rung_of
+from evotrainer.stages.common import FIRST_RUNG, START, config, handed_on
 
 
 def run(config_path: str, selection: str, policy: str, harness: str, lineage_part: str, data_dir: str,
@@ -42,12 +43,8 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
         return
     winner = str(chosen["promoted"])
     first_rung = TrainingRunLayout(out.parent / winner)
-    start_policy = str(first_rung.policy)
-    how = f"{winner}'s first-rung policy"
-    if (second := second_rung_of(first_rung.dir)) is not None:  # search.second_rung: the winner's second rung
-        start_policy, how = str(second.policy), f"{winner}'s second-rung policy"
-    if (chosen.get("next_parent") or {}).get("policy") == "start":  # a kept control that collapsed
-        start_policy, how = str(policy), "the generation's starting policy (the kept control's training collapsed)"
+    start_path, how = start_of(chosen, first_rung, Path(policy))
+    start_policy = str(start_path)
     rows = lineage.read(lineage_part)
     confirmation = (chosen.get("confirmation") or {}).get("charge") or {}
     confirmed_charge = int(confirmation.get("charged") or 0)  # search.selection=two_look's fresh-prompt answers
@@ -92,6 +89,20 @@ def run(config_path: str, selection: str, policy: str, harness: str, lineage_par
         write_json(out / "metrics.json", metrics | {"charge": charge})
     lineage.write_generation(out_lineage, pd.DataFrame([row(cfg, chosen, read_json(out / "metrics.json"),
                                                             first_rung, generation, how)]))
+
+
+def start_of(chosen: dict, first_rung: TrainingRunLayout, generation_policy: Path) -> tuple[Path, str]:
+    """The policy the winner's continuation trains on from, and how to say it: where the winner got to (its
+    second rung, search.second_rung, else its first), unless select found that training collapsed
+    (``next_parent.policy``, select.revert_if_collapsed): then the policy the collapsed training started from."""
+    successor = chosen.get("next_parent") or {}
+    winner = str(chosen["promoted"])
+    policy = handed_on(successor, first_rung, generation_policy)
+    if successor.get("policy") == START:
+        return policy, f"the generation's starting policy ({winner}'s training collapsed)"
+    if successor.get("policy") == FIRST_RUNG:
+        return policy, f"{winner}'s first-rung policy (its second rung's training collapsed)"
+    return policy, f"{winner}'s {'second' if policy != first_rung.policy else 'first'}-rung policy"
 
 
 def unspent_charge(plan: schedule.Continuation) -> dict:

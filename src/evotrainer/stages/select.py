@@ -28,9 +28,12 @@ from evotrainer.search.intervals import gain_interval
 from evotrainer.search.schedule import STALL_RECORD, rungs_on
 from evotrainer.stages import demotion
 from evotrainer.stages.common import (
+    FIRST_RUNG,
+    START,
     config,
     continuation_of,
     generation_parent,
+    handed_on,
     read_split,
     second_rung_of,
     task_of,
@@ -102,9 +105,10 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                                 confirmation=None if confirmation is None else confirmation["interval"])
     promoted = decision.promoted
 
+    compared_to = rung_control_accuracy(judged, Path(backtest_dir), control["val_accuracy"], control_acc)
     rows = [_row(cfg, generation, cid, metrics[cid], proposals[cid], Path(candidates_dir), parent_harness_id,
                  generation_parent_key, decision.verdicts[cid].verdict, decision.verdicts[cid].failure_label,
-                 gate_results=gate_results, intervals=intervals, vetoes=vetoes.get(cid), control_acc=control_acc)
+                 gate_results=gate_results, intervals=intervals, vetoes=vetoes.get(cid), control_acc=compared_to[cid])
             for cid in cids]
     written = lineage.write_generation(out_lineage, pd.DataFrame(rows))
     successor = next_parent(cfg, lineage.read(lineage_parts or []), written, generation, promoted, run_layout)
@@ -132,9 +136,7 @@ def run(config_path: str, candidates_dir: str, backtest_dir: str, harness_dir: s
                       + (", not required by greedy selection" if cfg.search.selection == "greedy" else "")
                       + (f", Bonferroni over {len(intervals)} candidates" if judged_at != cfg.search.confidence else "")
                       + ")" if promoted != CONTROL else
-                      ("; control's policy continues" if successor.get("policy") != "start" else
-                      f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
-                      "continues with this generation's starting policy"))),
+                      _kept_control_note(successor))),
         "promoted_gain_interval": intervals.get(promoted),
         # search.selection=two_look: the finalist's look at fresh prompts, and its charge (the continuation pays it)
         "confirmation": confirmation,
@@ -214,6 +216,16 @@ def second_rung_facts(cfg, backtest_dir: Path, cids: list[str], metrics: dict[st
                             merged[cid].get("failure_label"), tuple(vetoes.get(cid) or ()), intervals.get(cid))
              for cid in cids]
     return merged, judged, judged_at, intervals, slots
+
+def rung_control_accuracy(judged: dict[str, Path], backtest_dir: Path, first_rung: float | None,
+                          second_rung: float | None) -> dict[str, float | None]:
+    """The control's val accuracy each slot's row is set against (its ``delta_vs_control``): the control's on the
+    rung the slot was judged on (``judged``: its second rung's folder, search.second_rung, else its own). A slot
+    that stopped at its first rung is set against the control's first rung, not its second: the record's seed 3 of
+    math_unreadable_answers_pass listed a stopped slot at +0.513 against a control that collapsed on its second
+    rung, where the first rungs differed by +0.067 (and the agents read that delta: ``worth_retrying``)."""
+    return {cid: first_rung if Path(run) == Path(backtest_dir) / cid else second_rung for cid, run in judged.items()}
+
 
 def _row(cfg, generation: int, cid: str, m: dict, p: dict, candidates_dir: Path, parent_harness_id: str,
          generation_parent_key, verdict: str, label: str | None, *, gate_results: dict, intervals: dict,
@@ -302,6 +314,17 @@ def _confirmation_note(confirmation: dict | None) -> str:
             f"{confirmation['confidence']:.0%}, " + ("confirmed" if confirmation["confirmed"] else "not confirmed"))
 
 
+def _kept_control_note(successor: dict) -> str:
+    """The reason's end where the control was kept: which of its policies goes on (revert_if_collapsed)."""
+    if successor.get("policy") == START:
+        return (f"; the control's training collapsed ({successor['collapse']['evidence']}), so its harness "
+                "continues with this generation's starting policy")
+    if successor.get("policy") == FIRST_RUNG:
+        return (f"; the control's second rung collapsed ({successor['collapse']['evidence']}), so its harness "
+                "continues with its first rung's policy")
+    return "; control's policy continues"
+
+
 def _stall(candidates_dir: Path) -> dict | None:
     try:
         return read_json(candidates_dir / STALL_RECORD)
@@ -338,21 +361,29 @@ def next_parent(cfg, earlier: pd.DataFrame, rows: pd.DataFrame, generation: int,
 
 def revert_if_collapsed(run_layout: RunLayout, generation: int, cid: str = CONTROL) -> dict:
     """A kept control or a promoted candidate whose training destroyed its parent's skill
-    (search.gates.training_collapse) is not carried on as a policy: the next generation starts from its harness
-    with this generation's starting policy, ``policy: start``, which promote (or, under rungs, the winner's
-    continuation) copies. A candidate can win while it collapsed: where every slot collapses (a far-off learning
-    rate), the one that fell least beats the control. Nothing else changes: the lineage's parent is still ``cid``,
-    and its compute stays charged. {} where it did not collapse."""
-    from evotrainer.search.gates import training_collapse
-
-    collapse = training_collapse(run_layout.gen(generation).backtest(cid).dir)
+    (search.gates.training_collapse) is not carried on as a policy. Where its first rung collapsed, the next
+    generation starts from its harness with this generation's starting policy, ``policy: start``; where only its
+    second rung did (search.second_rung: trained on from the first rung's policy), from its harness with its first
+    rung's policy, ``policy: first_rung``: in each case the policy the collapsed training started from. Promote (or,
+    under rungs, the winner's continuation, which starts there) copies it. A candidate can win while it collapsed:
+    where every slot collapses (a far-off learning rate), the one that fell least beats the control. Nothing else
+    changes: the lineage's parent is still ``cid``, and its compute stays charged. {} where it did not collapse."""
+    slot = run_layout.gen(generation).backtest(cid)
+    what = "the kept control" if cid == CONTROL else f"the promoted {cid}"
+    collapse = _collapse_of(slot.dir)
+    if collapse is not None:
+        print(f"select: {what} collapsed ({collapse['evidence']}); generation {generation + 1} starts "
+              f"from generation {generation}'s starting policy again, with its harness")
+        return {"policy": START, "collapse": collapse,
+                "how": f"{what} collapsed in training: its harness with this generation's starting policy"}
+    second = second_rung_of(slot.dir)
+    collapse = None if second is None else _collapse_of(second.dir)
     if collapse is None:
         return {}
-    what = "the kept control" if cid == CONTROL else f"the promoted {cid}"
-    print(f"select: {what} collapsed ({collapse['evidence']}); generation {generation + 1} starts "
-          f"from generation {generation}'s starting policy again, with its harness")
-    return {"policy": "start", "collapse": collapse,
-            "how": f"{what} collapsed in training: its harness with this generation's starting policy"}
+    print(f"select: {what}'s second rung collapsed ({collapse['evidence']}); generation {generation + 1} goes on "
+          "from its first rung's policy, with its harness")
+    return {"policy": FIRST_RUNG, "collapse": collapse | {"rung": 2},
+            "how": f"{what}'s second rung collapsed in training: its harness with its first rung's policy"}
 
 
 def _collapse_of(run_dir: Path) -> dict | None:
@@ -468,9 +499,9 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
         chosen = TrainingRunLayout(Path(backtest_dir) / str(successor["candidate_id"]))
     continued = continuation_of(Path(backtest_dir))
     start = RunLayout.of(Path(selection).resolve()).gen(int(chosen_selection["generation"])).policy
-    second = second_rung_of(chosen.dir)
-    policy = chosen.policy if second is None else second.policy  # search.second_rung: where the slot got to
-    if continued is not None:  # search.schedule=rungs: the winner trained on (from the collapsed control's start)
+    # the slot's policy to carry on: where it got to (search.second_rung: its second rung), unless that collapsed
+    policy = handed_on(successor, chosen, start)
+    if continued is not None:  # search.schedule=rungs: the winner trained on from that policy
         chosen = continued
         print(f"promote: generation {chosen_selection['generation'] + 1} starts from the continuation of "
               f"{chosen_selection['promoted']} ({chosen.dir})")
@@ -478,10 +509,8 @@ def promote(selection: str, backtest_dir: str, out_policy: str, out_harness: str
         if collapse is None:
             policy = chosen.policy
         else:  # the continuation destroyed the skill it started with: the policy it started from goes on
-            policy = start if successor.get("policy") == "start" else policy
             print(f"promote: the continuation collapsed ({collapse['evidence']}); the policy it started from goes on")
-    elif successor.get("policy") == "start":  # a kept control or a winner that collapsed (revert_if_collapsed)
-        policy = start
+    elif successor.get("policy") in (START, FIRST_RUNG):  # the slot collapsed in training (revert_if_collapsed)
         print(f"promote: {successor.get('how')}: {(successor.get('collapse') or {}).get('evidence')}")
     copy_tree(policy, out_policy)
     registered = chosen_selection.get("registered_diagnostics", [])
