@@ -139,18 +139,23 @@ def test_a_promoted_candidate_that_collapsed_hands_on_its_harness_with_the_start
     assert _promote(run, successor, out, promoted="c1") == "start" and "# c1" in (out / "harness" / "recipe.yaml").read_text()
 
 
+def _continuation(run: RunLayout, winner: str, accuracy: list[float]) -> None:
+    """gen0's winner's continuation as stages/continuation.py leaves it (search.schedule=rungs)."""
+    continued = run.gen(0).backtest("continue")
+    train_log(continued.dir, accuracy)
+    continued.policy.mkdir()
+    (continued.policy / "weights").write_text("trained continue")
+    continued.harness.mkdir()
+    (continued.harness / "recipe.yaml").write_text(f"lr: 2.0e-3  # {winner}\n")
+    (continued.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": accuracy[-1]}))
+
+
 def test_a_continuation_that_collapsed_hands_on_the_policy_it_started_from(tmp_path):
     run = _generation(tmp_path, [0.30] * 20)
     rows = _rows(0).assign(verdict=["rejected", "promoted"])
     successor = select.next_parent(_cfg(True), pd.DataFrame(), rows, 0, "c1", run)
     assert "policy" not in successor and successor["revert_collapsed"]
-    continuation = run.gen(0).backtest("continue")
-    train_log(continuation.dir, [0.30, 0.05] + [0.01] * 18)
-    continuation.policy.mkdir()
-    (continuation.policy / "weights").write_text("trained continue")
-    continuation.harness.mkdir()
-    (continuation.harness / "recipe.yaml").write_text("lr: 2.0e-3  # c1\n")
-    (continuation.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": 0.01}))
+    _continuation(run, "c1", [0.30, 0.05] + [0.01] * 18)
     assert _promote(run, successor, tmp_path / "gen1", promoted="c1") == "trained c1"  # the winner's rung, not the collapse
 
 
@@ -203,13 +208,7 @@ def test_a_continuation_after_a_collapsed_second_rung_starts_from_the_first_rung
     policy, how = continuation.start_of(chosen, first_rung, run.gen(0).policy)
     assert policy == first_rung.policy and "collapsed" in how
     # and where that continuation collapses too, promote hands on the policy it started from: the first rung's
-    continued = run.gen(0).backtest("continue")
-    train_log(continued.dir, [0.45, 0.10] + [0.0] * 18)
-    continued.policy.mkdir()
-    (continued.policy / "weights").write_text("trained continue")
-    continued.harness.mkdir()
-    (continued.harness / "recipe.yaml").write_text("lr: 2.0e-3  # control\n")
-    (continued.dir / "metrics.json").write_text(json.dumps({"status": "ok", "val_accuracy": 0.0}))
+    _continuation(run, "control", [0.45, 0.10] + [0.0] * 18)
     assert _promote(run, chosen["next_parent"], tmp_path / "gen1") == "trained control"
 
 
