@@ -53,6 +53,8 @@ class Table:
     result: str  # the table's JSON under the worktree's results/, as the workflow writes it
     config: tuple[str, ...]  # --config entries; {seeds} is the table's seeds ({only}, {seeds_only}: a unit's)
     units: tuple[str, ...] = ()  # the flaws, each run and banked seed by seed (record_bank.py); () : one target
+    # a unit's own --config entries, added to its calls only (not to the table's final call)
+    unit_config: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 # The rules in force for the record (docs/schedule.md, "How select decides"): two_look's screen and confirmation,
@@ -80,7 +82,14 @@ TABLES = {
         ("flaws_dir=flaws", "flaws__seeds={seeds}", "flaws__only=[{only}]", "flaws__seeds_only=[{seeds_only}]",
          *SELECTION, *HALVING),
         ("arith_lr_far_off", "arith_reward_period", "arith_curriculum_starves", "arith_reward_two_ways",
-         "math_unreadable_answers_pass", "code_errors_count_as_passes")),
+         "math_unreadable_answers_pass", "code_errors_count_as_passes"),
+        # code_learns's val partition repeats its prompts (levels 0-1: ~540 distinct prompts in 4,000 rows), and on
+        # a8cb3df the data stage's one draw split by prompt gave 198 + 4,000 rows where two_look asks 200 + 4,000:
+        # the flaw's every seed failed there. Its runs confirm on 3,500 rows instead, set through the suite's
+        # channel to each flaw's own Snakemake (flaws.snakemake_args; the suite's config may change it), so the
+        # suite's other keys, and the other flaws, stay as they ran. docs/measured/record.md says so beside its row.
+        unit_config=(("code_errors_count_as_passes",
+                      ("flaws__snakemake_args=[--config,search__confirm_prompts=3500]",)),)),
 }
 # Where the flaws record keeps each finished (flaw, seed): in the repository, committed as seeds finish, because a
 # session may begin in a fresh checkout without the worktree and its results (which git ignores)
@@ -111,7 +120,7 @@ def snakemake_command(table: Table, seeds: int, cores: int, unit: str | None = N
     """The table's Snakemake call; for a table of units, one unit's (its flaw's outcome, the seeds not yet banked)
     or, with ``unit`` None, the table from the banked outcomes (only the `flaws` rule may run)."""
     config = [entry.format(seeds=seeds, only=unit or ",".join(table.units), seeds_only=",".join(map(str, seeds_only)))
-              for entry in table.config]
+              for entry in table.config] + list(dict(table.unit_config).get(unit, ()) if unit else ())
     target = [f"results/{table.run}/flaws/{unit}/outcome.json"] if unit else [table.target]
     only_the_table = ["--allowed-rules", table.target, "--rerun-triggers", "mtime"] if table.units and not unit else []
     return [sys.executable, "-m", "snakemake", *target, "--cores", str(cores), "--keep-going",

@@ -319,3 +319,25 @@ def test_the_record_is_written_after_each_flaws_call_so_a_killed_run_keeps_its_c
                                        after_unit=lambda: written.append([c["unit"] for c in calls]), bank=tmp_path)
     assert (rc, interrupted) == (130, True)
     assert written == [[table.units[0]], list(table.units[:2])]  # on record after each call, the interrupted one too
+
+
+def test_codes_flaw_confirms_on_the_rows_its_val_partition_gives_and_only_its_runs_do(tmp_path):
+    # measured (the record on a8cb3df): every seed of code_errors_count_as_passes failed in its data stage, "200 +
+    # 4000 val rows split by prompt; task 'code' gave 198 + 4000"; 3,500 fit. The flaw's own Snakemake gets it, as a
+    # child of the suite does (stages/flaws.py: the suite's snakemake_args, then its --configfile of overrides)
+    table = record.TABLES["flaws"]
+    code = "code_errors_count_as_passes"
+    unit = record.snakemake_command(table, 5, 2, code, [0, 1, 2, 3, 4])
+    suite = compose(overrides_from_snakemake(parse_config(unit[unit.index("--config") + 1:])))
+    assert suite.search.confirm_prompts == 4000  # the suite's own config: unchanged
+    args = list(suite.flaws.snakemake_args)
+    child = {"overrides": ["experiment=code_learns", "search.selection=two_look"]} | parse_config(
+        args[args.index("--config") + 1:])
+    cfg = compose(overrides_from_snakemake(child))
+    assert cfg.search.confirm_prompts == 3500 and cfg.search.selection == "two_look"
+    for flaw in table.units[:-1]:  # the other flaws ran without it
+        other = record.snakemake_command(table, 5, 2, flaw, [0])
+        assert not list(compose(overrides_from_snakemake(parse_config(
+            other[other.index("--config") + 1:]))).flaws.snakemake_args)
+    final = record.snakemake_command(table, 5, 2)
+    assert not any("snakemake_args" in entry for entry in final)
