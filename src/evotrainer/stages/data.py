@@ -24,6 +24,10 @@ from evotrainer.stages.common import config, task_of
 HELD_OUT = "test"  # must share no prompt with the splits made before it
 CONFIRM = "confirm"  # search.selection=two_look: fresh val prompts for the confirmation (split_confirm)
 CONFIRM_MARGIN = 1.15  # the val draw split_confirm divides: enough rows for both sides however the prompts fall
+# a task whose val partition repeats its prompts (code_learns: ~540 distinct prompts in 4,000 rows) splits in lumps:
+# where a side falls short, the splits are drawn again with this many times the val rows, at most CONFIRM_DRAWS times
+CONFIRM_REDRAW = 1.5
+CONFIRM_DRAWS = 4
 
 
 def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None:
@@ -38,10 +42,11 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
         sizes["val"] = math.ceil(CONFIRM_MARGIN * (int(cfg.task.sizes["val"]) + confirm))
     secret = split_secret.load_or_create(cfg.results_dir)
     seed = split_secret.split_seed(secret, cfg.task.seed)
-    made = task.splits(sizes, seed)
     if confirm:
-        made |= split_confirm(made["val"], int(cfg.task.sizes["val"]), confirm, cfg.task.name, seed)
+        made = drawn_with_confirm(task, sizes, seed, int(cfg.task.sizes["val"]), confirm, cfg.task.name)
         made = {split: made[split] for split in splits}
+    else:
+        made = task.splits(sizes, seed)
     frames = {split: with_opaque_ids(check_split(frame, f"task {cfg.task.name!r}, split {split!r}"), split, secret)
               for split, frame in made.items()}
     out = Path(out_dir)
@@ -52,6 +57,29 @@ def run(config_path: str, out_dir: str, splits: list[str] | None = None) -> None
         check_held_out_disjoint(frames[HELD_OUT], {**earlier, **frames}, secret)
     for split, frame in frames.items():
         write_parquet(out / f"{split}.parquet", frame)
+
+
+class ConfirmShort(TaskError):
+    """split_confirm: one side of the val draw has fewer rows than it needs."""
+
+
+def drawn_with_confirm(task, sizes: dict[str, int], seed: int, size: int, confirm: int, name: str) -> dict:
+    """The task's splits with val and the confirmation prompts split from one val draw (``split_confirm``). The
+    first draw has ``sizes["val"]`` rows; where a side falls short, as it can where the val partition repeats a
+    few prompts many times (each distinct prompt goes to one side whole), every split is drawn again with
+    CONFIRM_REDRAW times the val rows, at most CONFIRM_DRAWS draws in all; a draw that fills both sides stands as
+    it is, so a run whose first draw filled them gets the splits it always got. Raises ConfirmShort where the
+    last draw falls short too."""
+    sizes = dict(sizes)
+    for _ in range(CONFIRM_DRAWS - 1):
+        made = task.splits(sizes, seed)
+        try:
+            return made | split_confirm(made["val"], size, confirm, name, seed)
+        except ConfirmShort as err:
+            sizes["val"] = math.ceil(CONFIRM_REDRAW * sizes["val"])
+            print(f"data: {err}; drawing the splits again with {sizes['val']:,} val rows")
+    made = task.splits(sizes, seed)  # the last draw: a side still short is the error
+    return made | split_confirm(made["val"], size, confirm, name, seed)
 
 
 def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str, seed: int) -> dict[str, pd.DataFrame]:
@@ -70,7 +98,7 @@ def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str, seed: i
     side = np.array([to_confirm(prompt_text(p)) for p in val["prompt"]], dtype=bool)
     head, rest = val[~side].head(size).reset_index(drop=True), val[side].head(confirm).reset_index(drop=True)
     if len(head) < size or len(rest) < confirm:
-        raise TaskError(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + {confirm} "
+        raise ConfirmShort(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + {confirm} "
                         f"val rows split by prompt; task {task!r} gave {len(head)} + {len(rest)} (its val partition "
                         "is too small): lower search.confirm_prompts (or task.sizes.val), or choose "
                         "search.selection=corrected")
