@@ -98,10 +98,10 @@ def split_confirm(val: pd.DataFrame, size: int, confirm: int, task: str, seed: i
     side = np.array([to_confirm(prompt_text(p)) for p in val["prompt"]], dtype=bool)
     head, rest = val[~side].head(size).reset_index(drop=True), val[side].head(confirm).reset_index(drop=True)
     if len(head) < size or len(rest) < confirm:
-        raise ConfirmShort(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + {confirm} "
-                        f"val rows split by prompt; task {task!r} gave {len(head)} + {len(rest)} (its val partition "
-                        "is too small): lower search.confirm_prompts (or task.sizes.val), or choose "
-                        "search.selection=corrected")
+        raise ConfirmShort(f"search.selection=two_look needs task.sizes.val + search.confirm_prompts = {size} + "
+                           f"{confirm} val rows split by prompt; task {task!r} gave {len(head)} + {len(rest)} (its val "
+                           "partition is too small): lower search.confirm_prompts (or task.sizes.val), or choose "
+                           "search.selection=corrected")
     return {"val": head, CONFIRM: rest}
 
 

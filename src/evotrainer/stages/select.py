@@ -217,6 +217,7 @@ def second_rung_facts(cfg, backtest_dir: Path, cids: list[str], metrics: dict[st
              for cid in cids]
     return merged, judged, judged_at, intervals, slots
 
+
 def rung_control_accuracy(judged: dict[str, Path], backtest_dir: Path, first_rung: float | None,
                           second_rung: float | None) -> dict[str, float | None]:
     """The control's val accuracy each slot's row is set against (its ``delta_vs_control``): the control's on the
