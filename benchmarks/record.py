@@ -304,13 +304,15 @@ def bank_step(tree: Path, env: dict, action: str, flaw: str, seeds: int, *extra:
 
 
 def run_units(table: Table, seeds: int, cores: int, tree: Path, env: dict, calls: list[dict],
-              after_unit: Callable[[], None] = lambda: None, bank: Path = BANK) -> tuple[int, bool]:
-    """A table of units: each flaw's seeds not yet banked (one Snakemake call per flaw), each finished seed banked
-    after its call, interrupted or not, and ``after_unit`` called (the record's JSON written, so that the calls are
-    on record even if this process is killed later); once every seed is banked, the table from the banked
-    outcomes."""
+              after_unit: Callable[[], None] = lambda: None, bank: Path = BANK,
+              seeds_per_call: int | None = None) -> tuple[int, bool]:
+    """A table of units: each flaw's seeds not yet banked (one Snakemake call per flaw; at most ``seeds_per_call``
+    of them, the lowest, where given), each finished seed banked after its call, interrupted or not, and
+    ``after_unit`` called (the record's JSON written, so that the calls are on record even if this process is killed
+    later); once every seed is banked, the table from the banked outcomes."""
     rc = 0
     for flaw, missing in pending_units(table, seeds, bank):
+        missing = missing[:seeds_per_call]
         # the flaw's job runs again for these seeds (an outcome left by an earlier call would stand in for it)
         (tree / "results" / table.run / "flaws" / flaw / "outcome.json").unlink(missing_ok=True)
         rc, interrupted = call(snakemake_command(table, seeds, cores, flaw, missing), tree, env, calls,
@@ -337,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="the record's JSON (default docs/measured/record-<table>.json)")
     parser.add_argument("--dry-run", action="store_true", help="print the worktree and the command; run nothing")
     parser.add_argument("--collect-only", action="store_true", help="write the JSON from what has finished")
+    parser.add_argument("--seeds-per-call", type=int, default=None, metavar="N",
+                        help="a table of units: run at most N of a flaw's seeds not yet banked (the lowest), the rest"
+                             " on the next call. Seeds run side by side share the cores and all finish late; one run"
+                             " alone finishes within a session whose checkout may not keep a half-run seed")
     args = parser.parse_args(argv)
     table = TABLES[args.table]
     out = Path(args.out) if args.out else REPO / "docs" / "measured" / f"record-{args.table}.json"
@@ -361,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"record: removed the lock a stopped Snakemake left in {tree} (snakemake --unlock)", file=sys.stderr)
         if table.units:
             rc, interrupted = run_units(table, args.seeds, args.cores, tree, env, calls, after_unit=lambda: write_record(
-                out, collect(args.table, table, tree, commit, args.seeds, calls, env)))
+                out, collect(args.table, table, tree, commit, args.seeds, calls, env)), seeds_per_call=args.seeds_per_call)
         else:
             rc, interrupted = call(snakemake_command(table, args.seeds, args.cores), tree, env, calls)
         rc = 130 if interrupted else rc

@@ -321,6 +321,29 @@ def test_the_record_is_written_after_each_flaws_call_so_a_killed_run_keeps_its_c
     assert written == [[table.units[0]], list(table.units[:2])]  # on record after each call, the interrupted one too
 
 
+def test_seeds_per_call_runs_the_lowest_pending_seeds_and_leaves_the_rest_pending(tmp_path, monkeypatch):
+    """A session too short for three seeds side by side runs one alone; the others wait, and no table is made."""
+    table, flaw = record.TABLES["flaws"], record.TABLES["flaws"].units[-1]
+    for done in table.units:
+        (tmp_path / done).mkdir()
+        for s in range(5):
+            if done != flaw or s in (0, 3):
+                (tmp_path / done / f"seed{s}.json").write_text("{}")
+    asked: list[list[int]] = []
+
+    def fake_call(command, tree, env, calls, **unit):
+        asked.append(unit["seeds"])
+        for s in unit["seeds"]:  # each seed asked finishes and is banked
+            (tmp_path / flaw / f"seed{s}.json").write_text("{}")
+        return 0, False
+
+    monkeypatch.setattr(record, "call", fake_call)
+    monkeypatch.setattr(record, "bank_step", lambda *a: pytest.fail("a finished call banks nothing more"))
+    rc, interrupted = record.run_units(table, 5, 2, tmp_path, {}, [], bank=tmp_path, seeds_per_call=1)
+    assert asked == [[1]] and (rc, interrupted) == (1, False)  # seeds 2 and 4 still pending: no table call
+    assert record.pending_units(table, 5, tmp_path) == [(flaw, [2, 4])]
+
+
 def test_codes_flaw_confirms_on_the_rows_its_val_partition_gives_and_only_its_runs_do(tmp_path):
     # measured (the record on a8cb3df): every seed of code_errors_count_as_passes failed in its data stage, "200 +
     # 4000 val rows split by prompt; task 'code' gave 198 + 4000"; 3,500 fit. The flaw's own Snakemake gets it, as a
