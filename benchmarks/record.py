@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                              " on the next call. Seeds run side by side share the cores and all finish late; one run"
                              " alone finishes within a session whose checkout may not keep a half-run seed")
     args = parser.parse_args(argv)
+    if args.seeds_per_call is not None and args.seeds_per_call < 1:  # an empty seeds_only would run every seed
+        parser.error(f"--seeds-per-call must be 1 or more, not {args.seeds_per_call}")
     table = TABLES[args.table]
     out = Path(args.out) if args.out else REPO / "docs" / "measured" / f"record-{args.table}.json"
     if args.dry_run:

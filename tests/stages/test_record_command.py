@@ -344,6 +344,16 @@ def test_seeds_per_call_runs_the_lowest_pending_seeds_and_leaves_the_rest_pendin
     assert record.pending_units(table, 5, tmp_path) == [(flaw, [2, 4])]
 
 
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_seeds_per_call_below_one_is_refused_before_anything_runs(n, capsys, monkeypatch):
+    """No seeds would mean flaws.seeds_only=[]: every seed, the opposite of what was asked. Refused before the
+    worktree is touched (if the check were lost, this test must fail, not start the real record)."""
+    monkeypatch.setattr(record, "worktree", lambda *a, **k: pytest.fail("reached the record's worktree"))
+    with pytest.raises(SystemExit) as stop:
+        record.main(["flaws", "--seeds-per-call", n])
+    assert stop.value.code == 2 and "--seeds-per-call must be 1 or more" in capsys.readouterr().err
+
+
 def test_codes_flaw_confirms_on_the_rows_its_val_partition_gives_and_only_its_runs_do(tmp_path):
     # measured (the record on a8cb3df): every seed of code_errors_count_as_passes failed in its data stage, "200 +
     # 4000 val rows split by prompt; task 'code' gave 198 + 4000"; 3,500 fit. The flaw's own Snakemake gets it, as a
